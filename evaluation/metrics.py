@@ -1,0 +1,81 @@
+"""Metrics over generation records: accuracy, raw score, pass@k, answer-found rate, length, bootstrap CIs.
+
+Accuracy is binarised per sample (the reward's `accuracy`), averaged over all samples (the published tables' metric).
+Confidence intervals resample *items* (samples of one item are not independent).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one item with `n` samples of which `c` are correct: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per item, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def bootstrap_ci(values: list[float], resamples: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of `values` (per-item means)."""
+    if not values:
+        return (float("nan"), float("nan"))
+    if len(values) == 1 or resamples <= 0:
+        return (values[0], values[0]) if len(values) == 1 else (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    lo = means[int(math.floor(alpha / 2 * (resamples - 1)))]
+    hi = means[int(math.ceil((1 - alpha / 2) * (resamples - 1)))]
+    return (lo, hi)
+
+
+def _item_accuracy(rec: dict) -> float:
+    if "accuracy" in rec:
+        return float(rec["accuracy"])
+    return float(rec.get("score", 0.0) >= 1.0)
+
+
+def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> dict:
+    """Metrics for one set of records (a task, a group or everything)."""
+    by_item: dict[str, list[dict]] = defaultdict(list)
+    for rec in records:
+        by_item[rec["item_id"]].append(rec)
+    item_acc = [sum(_item_accuracy(r) for r in recs) / len(recs) for recs in by_item.values()]
+    n = len(records)
+    out = {
+        "n_items": len(by_item),
+        "n_samples": n,
+        "accuracy": sum(_item_accuracy(r) for r in records) / n if n else float("nan"),
+        "mean_score": sum(float(r.get("score", 0.0)) for r in records) / n if n else float("nan"),
+        "answer_found": sum(bool(r.get("answer_found")) for r in records) / n if n else float("nan"),
+        "mean_response_tokens": sum(int(r.get("num_tokens", 0)) for r in records) / n if n else float("nan"),
+        "truncated": sum(r.get("finish_reason") == "length" for r in records) / n if n else float("nan"),
+    }
+    out["accuracy_ci95"] = list(bootstrap_ci(item_acc, resamples))
+    for k in pass_k:
+        usable = [recs for recs in by_item.values() if len(recs) >= k]
+        vals = [pass_at_k(len(recs), int(sum(_item_accuracy(r) for r in recs)), k) for recs in usable]
+        out[f"pass@{k}"] = sum(vals) / len(vals) if vals else float("nan")
+    return out
+
+
+def aggregate(records: list[dict], pass_k: list[int], group_kinds: dict[str, str], resamples: int = 1000) -> dict:
+    """Per task, per group (category / composite) and overall metrics."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    by_group: dict[str, list[dict]] = defaultdict(list)
+    for rec in records:
+        by_task[f"{rec['group']}/{rec['task_key']}"].append(rec)
+        by_group[rec["group"]].append(rec)
+    tasks = {}
+    for key, recs in by_task.items():
+        group, task_key = key.split("/", 1)
+        tasks[key] = {"group": group, "task": task_key, "rg_task": recs[0].get("task"), **summarize(recs, pass_k, resamples)}
+    groups = {name: {"kind": group_kinds.get(name, "category"), "tasks": sorted({r["task_key"] for r in recs}),
+                     **summarize(recs, pass_k, resamples)}
+              for name, recs in by_group.items()}
+    return {"tasks": tasks, "groups": groups, "overall": summarize(records, pass_k, resamples)}

@@ -1,0 +1,153 @@
+"""One evaluation run: suite -> pending requests -> backend -> score + log each result -> metrics -> reports.
+
+Resumable: generations.jsonl is the source of truth. A rerun in the same output folder asks the backend only for the
+(item, sample) pairs that have no record yet; run.json pins what the records were produced with (model, sampling,
+prompt, suite) and refuses to mix runs that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+
+from evaluation.backends.base import Backend, Completion, GenRequest, build_backend
+from evaluation.config import ConfigError, EvalConfig
+from evaluation.metrics import aggregate
+from evaluation.store import GenerationStore, atomic_write
+from evaluation.suite import SuiteItem, build_suite, group_kinds
+
+log = logging.getLogger(__name__)
+GENERATIONS = "generations.jsonl"
+
+
+def fingerprint(cfg: EvalConfig) -> dict:
+    """What records depend on; `n`, pass_k, endpoints and engine sizing may change between resumed runs."""
+    sampling = dataclasses.asdict(cfg.sampling)
+    sampling.pop("n")
+    suite = {"categories": [dataclasses.asdict(c) for c in cfg.categories],
+             "composites": [dataclasses.asdict(c) for c in cfg.composites]}
+    spec = {"model": cfg.model.path, "sampling": sampling, "system_prompt": cfg.system_prompt, "suite": suite}
+    return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
+
+
+def check_run_file(cfg: EvalConfig, out_dir: str) -> None:
+    """Write run.json on the first run; on a rerun, refuse a different model / sampling / prompt / suite."""
+    path = os.path.join(out_dir, "run.json")
+    current = fingerprint(cfg)
+    if os.path.exists(path):
+        with open(path) as fh:
+            previous = json.load(fh)
+        if previous.get("hash") != current["hash"]:
+            changed = [k for k in current["spec"] if current["spec"][k] != previous.get("spec", {}).get(k)]
+            raise ConfigError(f"{cfg.source}: output folder {out_dir} holds generations of a different run "
+                              f"(changed: {', '.join(changed) or 'unknown'}); use another --output or delete it")
+        return
+    atomic_write(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def pending_requests(items: list[SuiteItem], store: GenerationStore, n: int) -> list[GenRequest]:
+    """One request per item that still misses samples, listing exactly the missing sample indices."""
+    requests = []
+    for item in items:
+        missing = [s for s in range(n) if not store.done(item.item_id, s)]
+        if missing:
+            requests.append(GenRequest(item.item_id, item.messages, missing))
+    return requests
+
+
+def score_completions(item: SuiteItem, completions: list[Completion], timeout_s: float) -> list[dict]:
+    """Score with the training reward (envs.reward, binarised), each call isolated in a child with a timeout."""
+    from envs.isolation import shared_scorer
+    from envs.reward import RewardOptions
+
+    options = RewardOptions(timeout_s=timeout_s)
+    requests = [{"response": c.text, "entry": item.entry, "task": item.task, "options": options,
+                 "config": item.config, "response_length": c.num_tokens} for c in completions]
+    return shared_scorer().score_many(requests)
+
+
+def make_record(item: SuiteItem, sample: int, comp: Completion, scored: dict) -> dict:
+    """One generations.jsonl line: the item, the response and its scores."""
+    entry = item.entry
+    return {
+        "item_id": item.item_id, "sample": sample, "group": item.group, "task_key": item.task_key,
+        "task": item.task, "question": entry.get("question"), "answer": entry.get("answer"),
+        "metadata": entry.get("metadata"), "response": comp.text, "num_tokens": comp.num_tokens,
+        "finish_reason": comp.finish_reason, "score": float(scored.get("raw_score", 0.0)),
+        "accuracy": float(scored.get("acc", 0.0)), "answer_found": bool(scored.get("answer_found", False)),
+        "pred": scored.get("pred"),
+        "format_ok": bool(scored.get("format_ok", False)), "reason": scored.get("reason"),
+    }
+
+
+def _progress(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sample", desc="generations", dynamic_ncols=True, disable=total == 0)
+
+
+def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationStore,
+                     backend: Backend | None) -> dict:
+    """Ask the backend for every missing sample; score and log each prompt's results as they arrive."""
+    requests = pending_requests(items, store, cfg.sampling.n)
+    by_id = {item.item_id: item for item in items}
+    todo = sum(len(r.samples) for r in requests)
+    stats = {"requests": len(requests), "samples": todo, "generate_s": 0.0, "tokens": 0}
+    if not requests:
+        log.info("all %d items x %d samples already in %s", len(items), cfg.sampling.n, store.path)
+        return stats
+    bar = _progress(todo)
+
+    def on_result(req: GenRequest, completions: list[Completion]) -> None:
+        item = by_id[req.key]
+        scored = score_completions(item, completions, cfg.score_timeout_s)
+        for sample, comp, score in zip(req.samples, completions, scored):
+            store.append(make_record(item, sample, comp, score))
+            stats["tokens"] += comp.num_tokens
+        bar.update(len(completions))
+
+    own = backend is None
+    backend = backend or build_backend(cfg.model, cfg.sampling)
+    start = time.perf_counter()
+    try:
+        backend.generate(requests, cfg.sampling, on_result)
+    finally:
+        stats["generate_s"] = time.perf_counter() - start
+        bar.close()
+        if own:
+            backend.close()
+    return stats
+
+
+def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None) -> dict:
+    """Evaluate the suite into `out_dir` (resuming what is there); returns the results dict (also results.json)."""
+    from evaluation.report import write_reports
+
+    os.makedirs(out_dir, exist_ok=True)
+    check_run_file(cfg, out_dir)
+    t0 = time.perf_counter()
+    items = build_suite(cfg)
+    build_s = time.perf_counter() - t0
+    store = GenerationStore(os.path.join(out_dir, GENERATIONS))
+    try:
+        stats = generate_missing(cfg, items, store, backend)
+    finally:
+        store.close()
+    records = [store.records[(i.item_id, s)] for i in items for s in range(cfg.sampling.n)
+               if (i.item_id, s) in store.records]
+    results = aggregate(records, cfg.pass_k, group_kinds(cfg), cfg.bootstrap_samples)
+    gen_s = stats["generate_s"]
+    results["run"] = {
+        "config": cfg.source, "model": cfg.model.path or cfg.model.base_url, "backend": cfg.model.backend,
+        "sampling": dataclasses.asdict(cfg.sampling), "system_prompt": cfg.system_prompt, "pass_k": cfg.pass_k,
+        "items": len(items), "suite_build_s": round(build_s, 3), "generated_samples": stats["samples"],
+        "generate_s": round(gen_s, 3), "samples_per_s": round(stats["samples"] / gen_s, 3) if gen_s else None,
+        "tokens_per_s": round(stats["tokens"] / gen_s, 1) if gen_s else None,
+        "fingerprint": fingerprint(cfg)["hash"], "complete": len(records) == len(items) * cfg.sampling.n,
+    }
+    write_reports(results, out_dir)
+    return results

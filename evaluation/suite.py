@@ -1,0 +1,99 @@
+"""Evaluation items from a config: categories of tasks and weighted composite sets.
+
+Items come from the *evaluation* split of envs (disjoint from train/validation seeds by construction), rendered with
+the same chat messages as training, and carry their Reasoning Gym entry to the scorer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from evaluation.config import CompositeConfig, EvalConfig, TaskConfig
+
+SPLIT = "evaluation"
+
+
+@dataclass
+class SuiteItem:
+    """One question of the suite; `item_id` is stable across runs (the resume key)."""
+
+    item_id: str  # "<group>/<task key>/<position>"
+    group: str  # category name or composite name (the row group in reports)
+    task_key: str  # task name in reports
+    task: str  # Reasoning Gym dataset name (for scoring)
+    entry: dict  # Reasoning Gym entry: question, answer, metadata
+    config: dict  # the task config (some scorers read it)
+    messages: list  # chat messages (system + user)
+
+    @property
+    def result_key(self) -> str:
+        """Per-task aggregation key: '<group>/<task key>'."""
+        return f"{self.group}/{self.task_key}"
+
+
+def _messages(question: str, system_prompt: str) -> list:
+    from envs.prompts import build_messages
+
+    return build_messages(question, system_prompt)
+
+
+def _entry(task: str, config: dict, seed: int, position: int) -> dict:
+    from envs.generation import generate_entry
+
+    return generate_entry(task, config, SPLIT, seed, position)
+
+
+def task_items(group: str, task: TaskConfig, system_prompt: str) -> list[SuiteItem]:
+    """`task.size` items of one task at evaluation seed `task.seed`."""
+    items = []
+    for pos in range(task.size):
+        entry = _entry(task.task, task.config, task.seed, pos)
+        items.append(SuiteItem(f"{group}/{task.key}/{pos:05d}", group, task.key, task.task, entry, task.config,
+                               _messages(entry["question"], system_prompt)))
+    return items
+
+
+def composite_members(comp: CompositeConfig) -> list[int]:
+    """Member index for each position: weighted draw with a per-position RNG (order-independent, deterministic)."""
+    weights = [m.weight for m in comp.tasks]
+    picks = []
+    for pos in range(comp.size):
+        digest = hashlib.sha256(f"{comp.name}:{comp.seed}:{pos}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        picks.append(rng.choices(range(len(comp.tasks)), weights=weights)[0])
+    return picks
+
+
+def composite_items(comp: CompositeConfig, system_prompt: str) -> list[SuiteItem]:
+    """`comp.size` items; item i is member task m's evaluation item at position i (seed `comp.seed`)."""
+    items = []
+    for pos, idx in enumerate(composite_members(comp)):
+        member = comp.tasks[idx]
+        entry = _entry(member.task, member.config, comp.seed, pos)
+        items.append(SuiteItem(f"{comp.name}/{member.key}/{pos:05d}", comp.name, member.key, member.task, entry,
+                               member.config,
+                               _messages(entry["question"], system_prompt)))
+    return items
+
+
+def build_suite(cfg: EvalConfig) -> list[SuiteItem]:
+    """All items of the suite in a fixed order (categories first, then composites)."""
+    from envs.prompts import resolve_system_prompt
+
+    system_prompt = resolve_system_prompt(cfg.system_prompt)
+    items: list[SuiteItem] = []
+    for category in cfg.categories:
+        for task in category.tasks:
+            items.extend(task_items(category.name, task, system_prompt))
+    for comp in cfg.composites:
+        items.extend(composite_items(comp, system_prompt))
+    return items
+
+
+def group_kinds(cfg: EvalConfig) -> dict[str, str]:
+    """'category' or 'composite' for each group name (reports label them)."""
+    kinds = {c.name: "category" for c in cfg.categories}
+    kinds.update({c.name: "composite" for c in cfg.composites})
+    return kinds
