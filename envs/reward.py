@@ -1,0 +1,118 @@
+"""The reward: Reasoning Gym's scorer on the extracted answer, against the entry the prompt carried.
+
+Nothing is regenerated to score a response: the stream puts the entry (question, answer, metadata) and the task config
+into `extra_info`, and the scorer reads them. Every scorer call is guarded: an exception scores 0 with its reason; hangs
+are handled by envs.isolation, which runs this module's `score_response` in a child process with a timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+import reasoning_gym
+
+from envs.answers import extract_answer, format_ok, response_problem
+from envs.generation import config_key
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """How a response's score is made (all keys can be set in `reward_kwargs` of the training config)."""
+
+    partial_credit: bool = False  # keep RG's partial scores; False binarises (1 only for a fully correct answer)
+    format_reward: float = 0.0  # added when the response is well formed (see envs.answers.format_ok)
+    require_think: bool = False  # well formed needs a <think>...</think> block before the answer
+    max_response_length: int = 0  # tokens the rollout may generate; needed by the overlong penalty
+    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_response_length; 0 = off
+    overlong_penalty: float = 1.0  # penalty at max_response_length (linear from 0 at the start of the buffer)
+    max_response_chars: int = 200_000  # longer responses score 0 without being parsed
+    timeout_s: float = 10.0  # a scorer running longer on one response is stopped and scores 0
+    isolate: bool = True  # score in a child process (hang-proof); False scores in-process (exceptions still caught)
+    tokenizer_path: str = ""  # verl passes text only: with an overlong penalty, tokens are counted with this tokenizer
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RewardOptions:
+        """Builds options from keyword arguments, refusing unknown names (with the list of valid ones)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ValueError(f"unknown reward option(s) {unknown}; valid: {sorted(names)}")
+        return cls(**kwargs)
+
+    def __post_init__(self):
+        if self.overlong_buffer and self.max_response_length <= self.overlong_buffer:
+            raise ValueError("reward: overlong_buffer needs max_response_length > overlong_buffer (both in tokens)")
+
+
+def _exact_boolean(answer: str, entry: dict[str, Any]) -> float:
+    return 1.0 if answer.strip().lower() == str(entry["answer"]).strip().lower() else 0.0
+
+
+# Reasoning Gym scorers we do not trust: game_of_life_halting's returns 1.0 for any non-empty answer (0.1.25).
+REPAIRED_SCORERS = {"game_of_life_halting": _exact_boolean}
+
+
+@lru_cache(maxsize=512)
+def _scorer(task: str, config_text: str):
+    if task in REPAIRED_SCORERS:
+        return REPAIRED_SCORERS[task]
+    dataset = reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text))
+    return dataset.score_answer
+
+
+def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | None = None) -> tuple[float, str]:
+    """Returns (score in [0, 1], reason): Reasoning Gym's score of `answer`; exceptions give (0, their text)."""
+    try:
+        value = float(_scorer(task, config_key(config or {}))(answer, entry))
+    except Exception as exc:  # scorers raise ValueError/TypeError/KeyError on malformed answers
+        return 0.0, f"scorer raised {type(exc).__name__}: {str(exc)[:200]}"
+    if not 0.0 <= value <= 1.0:  # also catches NaN
+        return 0.0, f"scorer returned {value}, outside [0, 1]"
+    return value, ""
+
+
+def _overlong(response_length: int | None, options: RewardOptions) -> float:
+    if not options.overlong_buffer or response_length is None:
+        return 0.0
+    start = options.max_response_length - options.overlong_buffer
+    return options.overlong_penalty * min(max(response_length - start, 0) / options.overlong_buffer, 1.0)
+
+
+def score_response(
+    response: Any,
+    entry: dict[str, Any],
+    task: str | None = None,
+    options: RewardOptions = RewardOptions(),
+    config: dict[str, Any] | None = None,
+    response_length: int | None = None,
+) -> dict[str, Any]:
+    """Scores one response in this process. Never raises on bad responses.
+
+    Returns {score, acc, raw_score, answer_found, format_ok, response_length, overlong_penalty, task, pred, reason}:
+    `acc` is 1.0 only for a fully correct answer; `score` = (raw or binarised) + format bonus - overlong penalty.
+    `response_length` is in tokens when given, else characters are reported.
+    """
+    task = task or entry["metadata"]["source_dataset"]
+    length = response_length if response_length is not None else len(response) if isinstance(response, str) else 0
+    result = {"score": 0.0, "acc": 0.0, "raw_score": 0.0, "answer_found": 0.0, "format_ok": 0.0,
+              "response_length": float(length), "overlong_penalty": 0.0, "task": task, "pred": None, "reason": ""}
+    problem = response_problem(response, options.max_response_chars)
+    if problem:
+        result["reason"] = problem
+        return result
+    answer = extract_answer(response)
+    raw, reason = (0.0, "no <answer>...</answer> block") if answer is None else rg_score(task, answer, entry, config)
+    correct = raw >= 1.0 - 1e-9
+    well_formed = format_ok(response, options.require_think)
+    penalty = _overlong(response_length, options)
+    base = raw if options.partial_credit else float(correct)
+    result.update(
+        score=base + options.format_reward * well_formed - penalty, acc=float(correct), raw_score=raw,
+        answer_found=float(answer is not None), format_ok=float(well_formed), overlong_penalty=penalty,
+        pred=answer, reason=reason,
+    )
+    return result

@@ -1,0 +1,212 @@
+"""The task stream: an endless torch IterableDataset of Reasoning Gym prompts in verl's dataset item format.
+
+Item `position` of a (split, seed) stream is a pure function of those three and the task's current config: the task
+is picked from the mix weights by a hash of the item seed, and the entry is generated from its own seed (envs.splits).
+So the stream is the same in every process, under any PYTHONHASHSEED and any number of dataloader workers (worker `w`
+of `W` takes positions w, w+W, ...), and its state is just how far it got plus the curriculum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import sys
+from collections import Counter
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from envs.curriculum import Curriculum
+from envs.generation import config_key, generate_entry
+from envs.mix import Mix, load_mix
+from envs.producer import Producer
+from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_prompt
+from envs.splits import check_split, item_seed
+from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
+
+_STATE_VERSION = 1
+
+
+def _unit_interval(value: int) -> float:
+    """splitmix64 of `value` mapped to [0, 1): a cheap, process-independent hash for the task choice."""
+    z = (value + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+class TaskStream(IterableDataset):
+    """Endless prompts from a mix, for one split and seed. See the module docstring for the guarantees.
+
+    Args: mix (Mix, YAML path or mapping); split ("train", "validation", "evaluation"); seed; system_prompt (an RG
+    SYSTEM_PROMPTS name or text); tokenizer and max_prompt_length (prompt-length check with the real chat template);
+    on_long_prompt ("filter": skip and count, "error": raise); producer_processes (child processes that generate slow
+    and PYTHONHASHSEED-sensitive tasks ahead; None = 2 when the mix needs them); lookahead (items asked for ahead).
+    """
+
+    def __init__(self, mix: Mix | str | dict, split: str = "train", seed: int = 0,
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, tokenizer: Any = None,
+                 max_prompt_length: int | None = None, on_long_prompt: str = "filter",
+                 producer_processes: int | None = None, lookahead: int = 64):
+        self.mix = load_mix(mix)
+        self.split, self.seed = check_split(split), seed
+        item_seed(split, seed, 0)  # validates the seed range now rather than at the first item
+        self.system_prompt = resolve_system_prompt(system_prompt)
+        if on_long_prompt not in ("filter", "error"):
+            raise ValueError(f"on_long_prompt must be 'filter' or 'error', got {on_long_prompt!r}")
+        self.tokenizer, self.max_prompt_length, self.on_long_prompt = tokenizer, max_prompt_length, on_long_prompt
+        self.curriculum = Curriculum(self.mix)
+        self.stats: Counter = Counter()  # e.g. "filtered_long_prompt/<task>"
+        self._cumulative = list(itertools.accumulate(spec.weight for spec in self.mix.tasks))
+        self._routed = self._routed_keys(producer_processes)
+        self._processes = 0 if not self._routed else (producer_processes or min(2, os.cpu_count() or 1))
+        self.lookahead = lookahead
+        self._producer: Producer | None = None
+        self._consumed = 0  # positions of this shard already read (items yielded or filtered)
+
+    def _routed_keys(self, producer_processes: int | None) -> set[str]:
+        needs_fixed_hash = sys.flags.hash_randomization != 0
+        sensitive = {s.key for s in self.mix.tasks if s.task in HASH_SENSITIVE_TASKS and needs_fixed_hash}
+        if producer_processes == 0:
+            if sensitive:
+                raise ValueError(
+                    f"tasks {sorted(sensitive)} depend on PYTHONHASHSEED and must be generated in a producer process: "
+                    "set producer_processes >= 1 (or run with PYTHONHASHSEED=0)"
+                )
+            return set()
+        return sensitive | {s.key for s in self.mix.tasks if s.task in SLOW_TASKS}
+
+    # ----- what sits at a position
+    def task_at(self, position: int) -> str:
+        """Returns the mix key drawn at `position` (independent of curriculum levels)."""
+        u = _unit_interval(item_seed(self.split, self.seed, position)) * self._cumulative[-1]
+        return self.mix.tasks[min(bisect.bisect_right(self._cumulative, u), len(self._cumulative) - 1)].key
+
+    def _request(self, position: int) -> tuple[str, dict, tuple, tuple]:
+        key = self.task_at(position)
+        config = self.curriculum.config_for(key)
+        args = (self.mix.task(key).task, config, self.split, self.seed, position)
+        return key, config, (position, config_key(config)), args
+
+    def entry_at(self, position: int) -> tuple[str, dict, dict]:
+        """Returns (mix key, config, RG entry) at `position` under the current curriculum levels."""
+        key, config, request_key, args = self._request(position)
+        if key in self._routed:
+            entry = self._ensure_producer().get(request_key, args)
+        else:
+            entry = generate_entry(*args)
+        return key, config, entry
+
+    def item_at(self, position: int) -> dict[str, Any] | None:
+        """Returns the verl dataset item at `position`, or None if its prompt is too long and filtered."""
+        key, config, entry = self.entry_at(position)
+        spec = self.mix.task(key)
+        messages = build_messages(entry["question"], self.system_prompt)
+        if self.tokenizer is not None and self.max_prompt_length:
+            length = len(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                            return_dict=False))
+            if length > self.max_prompt_length:
+                if self.on_long_prompt == "error":
+                    raise ValueError(
+                        f"prompt of task '{key}' at {self.split} position {position} has {length} tokens > "
+                        f"max_prompt_length={self.max_prompt_length}: raise data.max_prompt_length, make the task "
+                        "easier in the mix, or set on_long_prompt=filter"
+                    )
+                self.stats[f"filtered_long_prompt/{key}"] += 1
+                return None
+        level = self.curriculum.levels().get(key)
+        extra_info = {"entry": entry, "task": key, "task_name": spec.task, "config": config, "level": level,
+                      "split": self.split, "seed": self.seed, "position": position, "index": position}
+        return {
+            "raw_prompt": messages,
+            "data_source": f"reasoning_gym/{spec.task}",
+            "reward_model": {"style": "rule", "ground_truth": entry["answer"]},
+            "extra_info": extra_info,
+            "index": position,
+            "tools_kwargs": {},
+            "interaction_kwargs": {},
+            "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+        }
+
+    # ----- iteration, sharding, prefetch
+    def _shard(self) -> tuple[int, int]:
+        info = get_worker_info()
+        if info is None:
+            return 0, 1
+        if self.mix.curriculum.enabled:
+            raise RuntimeError(
+                "a curriculum needs the stream in the trainer process: set data.dataloader_num_workers=0 (slow tasks "
+                "are still generated ahead in envs' producer processes)"
+            )
+        return info.id, info.num_workers
+
+    def _ensure_producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(self._processes)
+        return self._producer
+
+    def _prefetch(self, positions: range) -> None:
+        for position in positions:
+            key, _, request_key, args = self._request(position)
+            if key in self._routed:
+                self._ensure_producer().prefetch(request_key, args)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        shard, shards = self._shard()
+        while True:
+            position = shard + self._consumed * shards
+            if self._routed:
+                ahead = range(position, position + self.lookahead * shards, shards)
+                self._prefetch(ahead)
+                self._producer.discard(lambda k: k[0] >= position)
+            item = self.item_at(position)
+            self._consumed += 1
+            if item is not None:
+                yield item
+
+    def take(self, n: int) -> list[dict[str, Any]]:
+        """Returns the next `n` items (advancing the stream)."""
+        return list(itertools.islice(iter(self), n))
+
+    # ----- state (torchdata's StatefulDataLoader calls these, in each worker)
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": _STATE_VERSION, "split": self.split, "seed": self.seed, "consumed": self._consumed,
+                "curriculum": self.curriculum.state_dict(), "stats": dict(self.stats)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores position and curriculum; refuses state saved for another split or seed."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"stream state version {state.get('version')} != {_STATE_VERSION}")
+        if (state["split"], state["seed"]) != (self.split, self.seed):
+            raise ValueError(
+                f"stream state was saved for split={state['split']} seed={state['seed']}, "
+                f"this stream is split={self.split} seed={self.seed}"
+            )
+        self._consumed = int(state["consumed"])
+        self.curriculum.load_state_dict(state["curriculum"])
+        self.stats = Counter(state.get("stats", {}))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_producer"] = None  # processes and threads stay with their owner; a copy starts its own
+        return state
+
+    def close(self) -> None:
+        """Stops producer processes (they also exit on their own when this process ends)."""
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
+
+def build_validation_set(mix: Mix | str | dict, size: int, seed: int = 0, **stream_kwargs: Any) -> list[dict]:
+    """Returns a fixed list of `size` items from the validation split (never overlapping training seeds).
+
+    Tasks are taken at their start levels; the same arguments always give the same list.
+    """
+    stream = TaskStream(mix, split="validation", seed=seed, **stream_kwargs)
+    try:
+        return stream.take(size)
+    finally:
+        stream.close()
