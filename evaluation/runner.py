@@ -100,8 +100,6 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
     if not requests:
         log.info("all %d items x %d samples already in %s", len(items), cfg.sampling.n, store.path)
         return stats
-    bar = _progress(todo)
-
     def on_result(req: GenRequest, completions: list[Completion]) -> None:
         item = by_id[req.key]
         scored = score_completions(item, completions, cfg.score_timeout_s)
@@ -112,6 +110,7 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
 
     own = backend is None
     backend = backend or build_backend(cfg.model, cfg.sampling)
+    bar = _progress(todo)
     start = time.perf_counter()
     try:
         backend.generate(requests, cfg.sampling, on_result)

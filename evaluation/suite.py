@@ -39,10 +39,20 @@ def _messages(question: str, system_prompt: str) -> list:
     return build_messages(question, system_prompt)
 
 
-def _entry(task: str, config: dict, seed: int, position: int) -> dict:
-    from envs.generation import generate_entry
+class SplitLeak(RuntimeError):
+    """An evaluation item whose question belongs to another split (would inflate scores of a trained model)."""
 
-    return generate_entry(task, config, SPLIT, seed, position)
+
+def _entry(task: str, config: dict, seed: int, position: int) -> dict:
+    """The evaluation split's entry, checked: its question must be owned by the evaluation split."""
+    from envs.generation import generate_entry
+    from envs.splits import question_owner
+
+    entry = generate_entry(task, config, SPLIT, seed, position)
+    owner = question_owner(entry["question"])
+    if owner != SPLIT:
+        raise SplitLeak(f"{task} evaluation item {position} (seed {seed}) has a question owned by the {owner} split")
+    return entry
 
 
 def task_items(group: str, task: TaskConfig, system_prompt: str) -> list[SuiteItem]:
