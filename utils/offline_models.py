@@ -118,6 +118,9 @@ def _atomic_dir(out_dir: Path) -> Iterator[Path]:
         raise FileExistsError(f"{out_dir} exists, is not empty and holds no complete model ({MARKER} missing). "
                               f"Remove it or choose another output folder.")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private; a cache folder should look like any other
     try:
         yield tmp
         if out_dir.exists():
