@@ -1,0 +1,144 @@
+"""Backends: the OpenAI-compatible client against a local HTTP server (retries, backoff, timeouts, concurrency),
+the builder registry, and the HF backend on the tiny model."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from evaluation.backends.base import GenRequest, build_backend, resolve_builder
+from evaluation.backends.openai import OpenAIBackend, RequestFailed
+from evaluation.config import ConfigError, ModelConfig, SamplingConfig
+
+
+class Provider(BaseHTTPRequestHandler):
+    """A small OpenAI-like server; behaviour is set on the server object."""
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body, headers=()):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(200, {"data": [{"id": "served-model"}]})
+
+    def do_POST(self):
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with srv.lock:
+            srv.calls.append(body)
+            srv.in_flight += 1
+            srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+            fail = srv.failures > 0
+            srv.failures -= fail
+        try:
+            time.sleep(srv.delay)
+            if body["messages"][-1]["content"] == "bad":
+                return self._send(400, {"error": "bad request"})
+            if fail:
+                return self._send(503, {"error": "busy"}, [("Retry-After", "0.01")])
+            n = min(body["n"], srv.max_n)
+            choices = [{"message": {"content": f"<answer>{body['messages'][-1]['content']}</answer>"},
+                        "finish_reason": "stop"} for _ in range(n)]
+            self._send(200, {"choices": choices, "usage": {"completion_tokens": 4 * n}})
+        finally:
+            with srv.lock:
+                srv.in_flight -= 1
+
+
+@pytest.fixture
+def provider():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Provider)
+    srv.lock, srv.calls, srv.in_flight, srv.max_in_flight = threading.Lock(), [], 0, 0
+    srv.failures, srv.delay, srv.max_n = 0, 0.0, 99
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def backend_for(srv, **kw):
+    cfg = ModelConfig(backend="openai", base_url=f"http://127.0.0.1:{srv.server_port}/v1", **kw)
+    return OpenAIBackend(cfg, SamplingConfig(), sleep=lambda s: None)
+
+
+def run(backend, prompts, n=2):
+    got = {}
+    reqs = [GenRequest(p, [{"role": "user", "content": p}], list(range(n))) for p in prompts]
+    backend.generate(reqs, SamplingConfig(n=n), lambda r, comps: got.setdefault(r.key, comps))
+    return got
+
+
+def test_served_model_name_concurrency_bound_and_results(provider):
+    provider.delay = 0.05
+    backend = backend_for(provider, max_concurrency=3)
+    assert backend.model_name == "served-model"
+    got = run(backend, [f"q{i}" for i in range(12)])
+    assert sorted(got) == sorted(f"q{i}" for i in range(12))
+    assert [c.text for c in got["q3"]] == ["<answer>q3</answer>"] * 2 and got["q3"][0].num_tokens == 4
+    assert 1 < provider.max_in_flight <= 3
+
+
+def test_retries_on_503_then_succeeds(provider):
+    provider.failures = 3
+    got = run(backend_for(provider, max_concurrency=1, max_retries=5), ["a", "b"])
+    assert set(got) == {"a", "b"} and len(provider.calls) == 5
+
+
+def test_fewer_choices_than_n_are_topped_up(provider):
+    provider.max_n = 1
+    got = run(backend_for(provider), ["a"], n=3)
+    assert len(got["a"]) == 3 and [c["n"] for c in provider.calls] == [3, 2, 1]
+
+
+def test_client_errors_fail_fast_and_others_still_arrive(provider):
+    backend = backend_for(provider, max_retries=5)
+    got = {}
+    reqs = [GenRequest(p, [{"role": "user", "content": p}], [0]) for p in ["ok", "bad", "ok2"]]
+    with pytest.raises(RequestFailed, match=r"1 of 3 requests failed.*HTTP 400"):
+        backend.generate(reqs, SamplingConfig(n=1), lambda r, c: got.setdefault(r.key, c))
+    assert set(got) == {"ok", "ok2"} and sum(c["messages"][-1]["content"] == "bad" for c in provider.calls) == 1
+
+
+def test_timeouts_are_retried_then_reported(provider):
+    provider.delay = 1.0
+    backend = backend_for(provider, request_timeout_s=0.2, max_retries=1)
+    with pytest.raises(RequestFailed, match="after 2 tries"):
+        run(backend, ["slow"], n=1)
+
+
+def test_unreachable_server_fails_with_the_url():
+    cfg = ModelConfig(backend="openai", path="m", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    with pytest.raises(RequestFailed, match="127.0.0.1:9"):
+        run(OpenAIBackend(cfg, SamplingConfig(), sleep=lambda s: None), ["x"], n=1)
+
+
+def test_registry_resolves_names_and_dotpaths():
+    assert resolve_builder("openai").__name__ == "build_openai_backend"
+    assert resolve_builder("evaluation.backends.hf:build_hf_backend").__name__ == "build_hf_backend"
+    with pytest.raises(ConfigError, match="has no function nope"):
+        resolve_builder("evaluation.backends.hf:nope")
+    with pytest.raises(ConfigError, match="cannot import"):
+        resolve_builder("no_such_pkg.mod:fn")
+
+
+def test_hf_backend_generates_n_samples_per_prompt(tiny_model_dir):
+    backend = build_backend(ModelConfig(path=str(tiny_model_dir), backend="hf", dtype="float32", batch_size=2),
+                            SamplingConfig(max_tokens=8, n=2))
+    got = {}
+    reqs = [GenRequest(f"p{i}", [{"role": "user", "content": f"What is {i}+1?"}], [0, 1]) for i in range(3)]
+    reqs.append(GenRequest("resumed", [{"role": "user", "content": "hi"}], [1]))
+    backend.generate(reqs, SamplingConfig(max_tokens=8, n=2), lambda r, c: got.setdefault(r.key, c))
+    assert {k: len(v) for k, v in got.items()} == {"p0": 2, "p1": 2, "p2": 2, "resumed": 1}
+    assert all(0 < c.num_tokens <= 8 and c.finish_reason in ("stop", "length") for v in got.values() for c in v)
