@@ -23,7 +23,7 @@ import torch
 
 SHARD_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 TRACKER = "latest_checkpointed_iteration.txt"
-BLOCK_BYTES = 64 * 2**20  # source bytes per merged block
+BLOCK_BYTES = 16 * 2**20  # source bytes per merged block
 
 
 class CheckpointError(ValueError):
