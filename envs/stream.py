@@ -27,6 +27,7 @@ from envs.splits import check_split, item_seed
 from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
 
 _STATE_VERSION = 1
+MAX_CONSECUTIVE_FILTERED = 1000  # a mix whose prompts are (almost) all too long is a config error, not a slow stream
 
 
 def _unit_interval(value: int) -> float:
@@ -155,6 +156,7 @@ class TaskStream(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         shard, shards = self._shard()
+        filtered_in_a_row = 0
         while True:
             position = shard + self._consumed * shards
             if self._routed:
@@ -164,7 +166,13 @@ class TaskStream(IterableDataset):
             item = self.item_at(position)
             self._consumed += 1
             if item is not None:
+                filtered_in_a_row = 0
                 yield item
+            elif (filtered_in_a_row := filtered_in_a_row + 1) >= MAX_CONSECUTIVE_FILTERED:
+                raise ValueError(
+                    f"{filtered_in_a_row} prompts in a row exceed max_prompt_length={self.max_prompt_length} "
+                    f"(filtered so far: {dict(self.stats)}): raise data.max_prompt_length or make the mix's tasks smaller"
+                )
 
     def take(self, n: int) -> list[dict[str, Any]]:
         """Returns the next `n` items (advancing the stream)."""

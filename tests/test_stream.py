@@ -1,0 +1,189 @@
+"""The task stream as verl's dataset: determinism, disjoint splits, workers, resume, prompts, curriculum."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl import DataProto
+from verl.utils.dataset.rl_dataset import collate_fn
+
+from envs.splits import SPLITS, question_owner
+from envs.stream import TaskStream, build_validation_set
+from envs.tasks import all_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+EASY = REPO / "configs" / "mix" / "easy.yaml"
+
+
+def digest(item) -> str:
+    entry = item["extra_info"]["entry"]
+    return hashlib.sha256(json.dumps([item["extra_info"]["task"], entry["question"], entry["answer"]]).encode()).hexdigest()[:16]
+
+
+def test_items_follow_verl_contract_and_carry_their_entry():
+    item = TaskStream(EASY, seed=3).take(1)[0]
+    assert item["raw_prompt"][0]["role"] == "system" and item["raw_prompt"][-1]["role"] == "user"
+    assert item["data_source"].startswith("reasoning_gym/")
+    entry = item["extra_info"]["entry"]
+    assert item["reward_model"]["ground_truth"] == entry["answer"]
+    assert item["raw_prompt"][-1]["content"] == entry["question"]
+    assert item["dummy_tensor"].dtype == torch.uint8
+    batch = collate_fn(TaskStream(EASY, seed=3).take(8))
+    proto = DataProto.from_single_dict(batch)
+    assert len(proto) == 8
+    assert proto.non_tensor_batch["extra_info"][0]["entry"] == entry
+    assert list(proto.non_tensor_batch["index"][:1]) == [item["index"]]
+
+
+def test_same_position_same_item_and_weights_are_respected():
+    a, b = TaskStream(EASY, seed=1).take(400), TaskStream(EASY, seed=1).take(400)
+    assert [digest(x) for x in a] == [digest(x) for x in b]
+    other_seed = TaskStream(EASY, seed=2).take(400)
+    assert [digest(x) for x in a] != [digest(x) for x in other_seed]
+    counts = {k: sum(x["extra_info"]["task"] == k for x in a) for k in ("chain_sum", "number_sorting")}
+    assert 60 < counts["number_sorting"] < 2 * counts["chain_sum"]  # weight 0.5 vs 1.0
+
+
+def test_every_item_is_owned_by_its_split():
+    for split in SPLITS:
+        for item in TaskStream(EASY, split=split, seed=0).take(300):
+            assert question_owner(item["extra_info"]["entry"]["question"]) == split
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mix", ["algorithmic", "intra_arithmetic", "easy"])
+def test_splits_share_no_question_over_10k_items(mix):
+    questions = {}
+    for split in SPLITS:
+        stream = TaskStream(REPO / "configs" / "mix" / f"{mix}.yaml", split=split, seed=0)
+        questions[split] = {item["raw_prompt"][-1]["content"] for item in stream.take(10_000)}
+        stream.close()
+    assert not questions["train"] & questions["validation"]
+    assert not questions["train"] & questions["evaluation"]
+    assert not questions["validation"] & questions["evaluation"]
+
+
+_DUMP = """
+import hashlib, json, sys
+from envs.stream import TaskStream
+from envs.tasks import all_tasks
+out = {}
+for task in all_tasks():
+    stream = TaskStream({"tasks": {task: {}}}, split=sys.argv[1], seed=0)
+    for position in (0, 4097):
+        key, config, entry = stream.entry_at(position)
+        out[f"{task}@{position}"] = hashlib.sha256(json.dumps([entry["question"], entry["answer"]]).encode()).hexdigest()
+    stream.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_every_task_is_reproducible_under_any_pythonhashseed():
+    """Includes list_functions (global random) and the PYTHONHASHSEED-sensitive generators."""
+    runs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        runs.append(subprocess.Popen([sys.executable, "-c", _DUMP, "train"], env=env, stdout=subprocess.PIPE,
+                                     text=True, cwd=REPO))
+    first, second = (json.loads(run.communicate(timeout=600)[0].splitlines()[-1]) for run in runs)
+    assert len(first) == 2 * len(all_tasks())
+    assert {k for k in first if first[k] != second[k]} == set()
+
+
+def test_dataloader_workers_shard_without_duplicates():
+    reference = TaskStream(EASY, seed=5)
+    loader = StatefulDataLoader(TaskStream(EASY, seed=5), batch_size=4, num_workers=2, collate_fn=collate_fn)
+    positions = []
+    for step, batch in enumerate(loader):
+        positions += list(batch["index"])
+        if step == 23:  # 12 batches from each worker
+            break
+    assert sorted(positions) == list(range(96))
+    by_position = {x["index"]: digest(x) for x in reference.take(100)}
+    loader2 = StatefulDataLoader(TaskStream(EASY, seed=5), batch_size=4, num_workers=2, collate_fn=collate_fn)
+    batch = next(iter(loader2))
+    assert [by_position[p] for p in batch["index"]] == [
+        hashlib.sha256(json.dumps([e["task"], e["entry"]["question"], e["entry"]["answer"]]).encode()).hexdigest()[:16]
+        for e in batch["extra_info"]]
+
+
+_RESUME = """
+import json, sys, torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.utils.dataset.rl_dataset import collate_fn
+from envs.stream import TaskStream
+stream = TaskStream(sys.argv[1], seed=7)
+loader = StatefulDataLoader(stream, batch_size=4, num_workers=int(sys.argv[3]), collate_fn=collate_fn)
+loader.load_state_dict(torch.load(sys.argv[2], weights_only=False))
+out = []
+for batch in loader:
+    out.append([e["entry"]["question"] for e in batch["extra_info"]])
+    if len(out) == 63:
+        break
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_restored_stream_continues_with_the_next_items_in_a_new_process(tmp_path, workers):
+    loader = StatefulDataLoader(TaskStream(EASY, seed=7), batch_size=4, num_workers=workers, collate_fn=collate_fn)
+    batches = []
+    for batch in loader:
+        batches.append([e["entry"]["question"] for e in batch["extra_info"]])
+        if len(batches) == 37:
+            torch.save(loader.state_dict(), tmp_path / "data.pt")
+        if len(batches) == 100:
+            break
+    run = subprocess.run([sys.executable, "-c", _RESUME, str(EASY), str(tmp_path / "data.pt"), str(workers)],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == batches[37:]
+
+
+def test_prompt_length_check_with_the_real_tokenizer(tiny_tokenizer):
+    stream = TaskStream(EASY, seed=0, tokenizer=tiny_tokenizer, max_prompt_length=296)  # about the median length
+    items = stream.take(50)
+    assert len(items) == 50 and sum(stream.stats.values()) > 10
+    for item in items:
+        ids = tiny_tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True, return_dict=False)
+        assert len(ids) <= 296
+    strict = TaskStream(EASY, seed=0, tokenizer=tiny_tokenizer, max_prompt_length=20, on_long_prompt="error")
+    with pytest.raises(ValueError, match=r"tokens > max_prompt_length=20: raise data.max_prompt_length"):
+        strict.take(1)
+    hopeless = TaskStream(EASY, seed=0, tokenizer=tiny_tokenizer, max_prompt_length=20)
+    with pytest.raises(ValueError, match=r"1000 prompts in a row exceed max_prompt_length=20"):
+        hopeless.take(1)
+
+
+def test_system_prompt_by_name_text_or_none():
+    by_name = TaskStream(EASY, system_prompt="DeepSeekZero").take(1)[0]["raw_prompt"]
+    assert "<answer>" in by_name[0]["content"]
+    custom = TaskStream(EASY, system_prompt="Answer in <answer> tags.").take(1)[0]["raw_prompt"]
+    assert custom[0] == {"role": "system", "content": "Answer in <answer> tags."}
+    assert TaskStream(EASY, system_prompt=None).take(1)[0]["raw_prompt"][0]["role"] == "user"
+    with pytest.raises(ValueError, match="unknown system prompt name 'DeepseekZero'"):
+        TaskStream(EASY, system_prompt="DeepseekZero")
+
+
+def test_validation_set_is_fixed_and_disjoint_from_training():
+    first = build_validation_set(EASY, size=64, seed=0)
+    assert [digest(x) for x in first] == [digest(x) for x in build_validation_set(EASY, size=64, seed=0)]
+    train = {x["raw_prompt"][-1]["content"] for x in TaskStream(EASY, seed=0).take(2000)}
+    assert not train & {x["raw_prompt"][-1]["content"] for x in first}
+    assert {x["extra_info"]["split"] for x in first} == {"validation"}
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="unknown split 'val'"):
+        TaskStream(EASY, split="val")
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        TaskStream(EASY, seed=-1)
+    with pytest.raises(ValueError, match="state was saved for split=train seed=1"):
+        TaskStream(EASY, seed=2).load_state_dict(TaskStream(EASY, seed=1).state_dict())
