@@ -5,7 +5,8 @@ hand-made imitation. This script shards a Hugging Face model with verl's own `ap
 LoRA adapter (peft) and takes optimizer steps so the weights move, then saves with `FSDPCheckpointManager` into
 `OUT/global_step_N/actor` and writes `OUT/latest_checkpointed_iteration.txt` as verl's trainer does.
 
-    python bench/make_fsdp_checkpoint.py --model DIR --out EXP_DIR [--world-size 2] [--steps 1] [--lora-rank 0]
+    python bench/make_fsdp_checkpoint.py --model DIR --out EXP_DIR [--world-size 2] [--replicas 1] [--steps 1]
+        [--lora-rank 0]
         [--reference]   # also write OUT/reference_fp32.safetensors: the full fp32 state dict gathered by FSDP
 
 The launcher re-runs this file under `python -m torch.distributed.run` with `--worker`.
@@ -25,6 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", required=True, help="HF model folder to start from")
     p.add_argument("--out", required=True, help="experiment folder (verl's trainer.default_local_dir)")
     p.add_argument("--world-size", type=int, default=2, help="number of ranks (torchrun processes)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="HSDP: replicate over this many groups (mesh ('ddp', 'fsdp') = (R, W / R))")
     p.add_argument("--step", type=int, default=1, help="N in global_step_N")
     p.add_argument("--steps", type=int, default=1, help="AdamW steps before saving (0: save the initial weights)")
     p.add_argument("--lora-rank", type=int, default=0, help="wrap the model in a peft LoRA adapter of this rank")
@@ -85,7 +88,10 @@ def worker(args: argparse.Namespace) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = build_model(args)
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    if args.replicas > 1:
+        mesh = init_device_mesh("cpu", (args.replicas, world // args.replicas), mesh_dim_names=("ddp", "fsdp"))
+    else:
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
     apply_fsdp2(model, {"mesh": mesh, "reshard_after_forward": True}, {})
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     train_steps(model, optimizer, model.config.vocab_size, args.steps)

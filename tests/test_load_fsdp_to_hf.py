@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from utils.fsdp_checkpoint import Entry, Region
-from utils.fsdp_export import ExportOptions, Output, stream_output
+from utils.fsdp_export import ExportOptions, Output, clean_key, stream_output
 from utils.fsdp_verify import VerifyError, verify_export
 from utils.load_fsdp_to_hf import main
 from utils.offline_models import build_tiny_model
@@ -29,10 +29,10 @@ MAKER = ROOT / "bench" / "make_fsdp_checkpoint.py"
 
 @pytest.fixture(scope="session")
 def ckpts(tmp_path_factory):
-    """Three real checkpoints written in parallel: 2 ranks, 1 rank, 2 ranks with LoRA (rank 4, alpha 16)."""
+    """Real checkpoints written in parallel: 2 ranks, 1 rank, HSDP (2 replicas x 1 shard), LoRA (rank 4, alpha 16)."""
     root = tmp_path_factory.mktemp("fsdp")
     model = build_tiny_model(root / "tiny")
-    jobs = {"w2": ["--world-size", "2"], "w1": ["--world-size", "1"],
+    jobs = {"w2": ["--world-size", "2"], "w1": ["--world-size", "1"], "hsdp": ["--world-size", "2", "--replicas", "2"],
             "lora": ["--world-size", "2", "--lora-rank", "4", "--steps", "2"]}
     procs = {name: subprocess.Popen([sys.executable, str(MAKER), "--model", str(model), "--out", str(root / name),
                                      "--reference", *extra], env=ENV, stdout=subprocess.PIPE,
@@ -75,7 +75,7 @@ def test_bf16_equals_verl_merger_bit_for_bit(ckpts, tmp_path):
         assert (tmp_path / "ours" / name).read_text() == (tmp_path / "verl" / name).read_text(), name
 
 
-@pytest.mark.parametrize("name", ["w1", "w2"])
+@pytest.mark.parametrize("name", ["w1", "w2", "hsdp"])
 def test_fp32_equals_full_state_dict(ckpts, tmp_path, name):
     ours = weights(export(ckpts[name], tmp_path / "out", "--dtype", "fp32", "--max-shard-size", "300KB"))
     ref = reference(ckpts[name])
@@ -83,6 +83,13 @@ def test_fp32_equals_full_state_dict(ckpts, tmp_path, name):
     assert all(torch.equal(ours[k], ref[k]) for k in ref)
     assert len(list((tmp_path / "out").glob("model-*-of-*.safetensors"))) > 1
     assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "float32"
+
+
+def test_hsdp_checkpoint_has_a_replicated_mesh_dim(ckpts):
+    shard = torch.load(ckpts["hsdp"] / "global_step_1" / "actor" / "model_world_size_2_rank_1.pt",
+                       weights_only=False, mmap=True)
+    weight = shard["model.embed_tokens.weight"]
+    assert weight.device_mesh.mesh_dim_names == ("ddp", "fsdp") and weight.placements[0].is_replicate()
 
 
 def test_exported_model_loads_and_generates(ckpts, tmp_path):
@@ -203,3 +210,11 @@ def test_cli_script_runs(ckpts, tmp_path):
                           str(tmp_path / "out"), "--quiet"], env=ENV, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["world_size"] == 1
+
+
+def test_clean_key_strips_wrappers_and_peft():
+    assert clean_key("model._fsdp_wrapped_module.layers.0._checkpoint_wrapped_module.mlp.up_proj.weight") == \
+        "model.layers.0.mlp.up_proj.weight"
+    assert clean_key("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") == \
+        "model.layers.0.self_attn.q_proj.weight"
+    assert clean_key("_orig_mod.lm_head.weight") == "lm_head.weight"
