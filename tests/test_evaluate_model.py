@@ -100,8 +100,8 @@ def test_resume_after_killed_run(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     gen = out / "generations.jsonl"
     cmd = [sys.executable, str(REPO / "evaluation" / "evaluate_model.py"), "--config", SMOKE, "--model",
-           str(tiny_model_dir), "--backend", "hf", "--output", str(out), "suite.size=10", "model.batch_size=1",
-           "sampling.max_tokens=48"]
+           str(tiny_model_dir), "--backend", "hf", "--output", str(out), "suite.size=6", "model.batch_size=1",
+           "sampling.max_tokens=32"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and (not gen.exists() or len(gen.read_text().splitlines()) < 6):
@@ -109,7 +109,7 @@ def test_resume_after_killed_run(tiny_model_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = lines(gen)
-    total = (10 * 2 + 4) * 2
+    total = (6 * 2 + 4) * 2
     assert 6 <= len(before) < total, "the run finished before it could be killed; make it longer"
     with open(gen, "a") as fh:
         fh.write('{"item_id": "arithmetic/basic_arith')  # a record cut short by the crash

