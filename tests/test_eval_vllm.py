@@ -28,11 +28,16 @@ def test_vllm_backend_batched_end_to_end(tiny_model_dir, tmp_path):
     out = tmp_path / "vllm"
     cmd = [str(VLLM_PY), "evaluation/evaluate_model.py", "--config", SMOKE, "--model", str(tiny_model_dir),
            "--backend", "vllm", "--output", str(out), "model.enforce_eager=true", "model.dtype=float32",
-           "model.max_model_len=2048", "sampling.max_tokens=32"]
+           "model.max_model_len=300", "sampling.max_tokens=32"]
     proc = subprocess.run(cmd, cwd=REPO, env=VLLM_ENV, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
-    assert len(records) == 24 and all(0 < r["num_tokens"] <= 32 for r in records)
+    assert len(records) == 24
+    # max_model_len=300: the three smoke prompts of >= 300 tiny-tokenizer tokens cannot run; they score 0 instead of
+    # making vLLM reject the whole batch
+    too_long = [r for r in records if r["finish_reason"] == "prompt_too_long"]
+    assert len(too_long) == 6 and all(r["score"] == 0 and r["response"] == "" for r in too_long)
+    assert all(0 < r["num_tokens"] <= 32 for r in records if r not in too_long)
     results = json.loads((out / "results.json").read_text())
     assert results["run"]["backend"] == "vllm" and results["run"]["complete"]
     assert "| **overall** |" in proc.stdout

@@ -1,4 +1,4 @@
-"""vLLM offline backend: every prompt of the run in ONE batched `LLM.chat` call, `n` samples per prompt.
+"""vLLM offline backend: every prompt of the run in ONE batched `LLM.generate` call, `n` samples per prompt.
 
 vLLM schedules the whole batch itself (continuous batching, prefix caching of the shared system prompt); the
 reference evaluator looped one prompt at a time, which leaves the engine mostly idle (see bench/bench_eval.py).
@@ -39,16 +39,33 @@ class VLLMBackend:
                 kwargs[key] = getattr(model_cfg, key)
         log.info("starting vLLM engine: %s", kwargs)
         self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+
+    def prompt_ids(self, messages: list) -> list[int]:
+        """The chat template applied as in training / the HF backend, then tokenized without extra specials."""
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def generate(self, requests: list[GenRequest], sampling: SamplingConfig, on_result: OnResult) -> None:
-        """All prompts at once; results are reported (and logged by the caller) when the batch returns."""
-        if not requests:
+        """All prompts at once. A prompt that does not fit max_model_len would make vLLM reject the whole batch:
+        those get empty completions (finish_reason 'prompt_too_long', score 0) and a warning instead."""
+        fits, too_long = [], []
+        for req in requests:
+            ids = self.prompt_ids(req.messages)
+            (fits if len(ids) < self.max_model_len else too_long).append((req, ids))
+        if too_long:
+            log.warning("%d prompts have >= max_model_len=%d tokens and score 0 (e.g. %s); raise model.max_model_len",
+                        len(too_long), self.max_model_len, too_long[0][0].key)
+        for req, _ in too_long:
+            on_result(req, [Completion("", 0, "prompt_too_long") for _ in req.samples])
+        if not fits:
             return
-        params = [sampling_params(sampling, len(r.samples)) for r in requests]
-        outputs = self.llm.chat([r.messages for r in requests], sampling_params=params, use_tqdm=True)
-        for req, out in zip(requests, outputs):
-            comps = [Completion(o.text, len(o.token_ids), o.finish_reason) for o in out.outputs]
-            on_result(req, comps)
+        prompts = [{"prompt_token_ids": ids} for _, ids in fits]
+        params = [sampling_params(sampling, len(req.samples)) for req, _ in fits]
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=True)
+        for (req, _), out in zip(fits, outputs):
+            on_result(req, [Completion(o.text, len(o.token_ids), o.finish_reason) for o in out.outputs])
 
     def close(self) -> None:
         self.llm = None
