@@ -1,0 +1,1 @@
+"""Evaluation of trained models on Reasoning Gym suites: `evaluation/evaluate_model.py` is the entry point."""

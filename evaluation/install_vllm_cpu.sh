@@ -20,8 +20,7 @@ PY="$VENV/bin/python"
 # Their builds fail against CPU torch and vLLM text generation does not need them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 # What the evaluator imports (envs/ + evaluation/), never verl.
-"$PY" -m pip install -q reasoning-gym==0.1.25 pyyaml==6.0.3 omegaconf==2.3.1 matplotlib==3.11.2 tqdm==4.70.1 \
-  pytest==9.2.0 pytest-timeout==2.4.0 torch==2.13.0
+"$PY" -m pip install -q reasoning-gym==0.1.25 pyyaml==6.0.3 omegaconf==2.3.1 matplotlib==3.11.2 tqdm==4.70.1 torch==2.13.0
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -c "import vllm, reasoning_gym, yaml, omegaconf, matplotlib, envs, evaluation; print('vllm', vllm.__version__)"
 touch "$MARK"

