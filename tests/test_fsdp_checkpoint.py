@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 from utils.fsdp_checkpoint import (CheckpointError, Entry, Region, iter_blocks, merge_entry, read_layout,
                                    release_pages, resolve_actor_dir)
-from utils.safetensors_stream import StreamWriter, TensorSpec, parse_size, plan_files, write_index
+from utils.safetensors_stream import (StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files,
+                                      write_index)
 
 
 def fake_actor(root, world=2, config=True, hf=True, ranks=None):
@@ -127,3 +128,16 @@ def test_stream_writer_refuses_short_or_wrong_data(tmp_path):
     writer.write("a", torch.zeros(2))
     with pytest.raises(RuntimeError, match="not written"):
         writer.close()
+
+
+def test_map_safetensors_reads_lazily_and_handles_odd_offsets(tmp_path):
+    tensors = {"a": torch.arange(3, dtype=torch.uint8), "b": torch.randn(4, 2), "c": torch.randn(3).bfloat16()}
+    specs = [TensorSpec(k, tuple(v.shape), v.dtype) for k, v in tensors.items()]  # "b" starts at an odd offset
+    writer = StreamWriter(tmp_path / "model.safetensors", specs)
+    for k, v in tensors.items():
+        writer.write(k, v)
+    writer.close()
+    mapped = map_safetensors(tmp_path)
+    assert all(torch.equal(mapped[k], v) for k, v in tensors.items())
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+        map_safetensors(tmp_path / "nothing")

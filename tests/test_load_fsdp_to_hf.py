@@ -250,3 +250,19 @@ def test_exported_model_runs_in_vllm_like_transformers(ckpts, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     tokens = json.loads(proc.stdout.split("TOKENS", 1)[1].splitlines()[0])
     assert tokens == hf
+
+
+def test_lora_only_checkpoint_needs_and_uses_the_base_model(ckpts, tmp_path, capsys):
+    """verl's save_lora_only keeps only the LoRA factors (same filter as FSDPCheckpointManager)."""
+    src = ckpts["lora"] / "global_step_1" / "actor"
+    actor = Path(shutil.copytree(src, tmp_path / "ckpt" / "actor", ignore=shutil.ignore_patterns("optim_*")))
+    for rank in (0, 1):
+        path = actor / f"model_world_size_2_rank_{rank}.pt"
+        state = torch.load(path, weights_only=False)
+        torch.save({k: v for k, v in state.items() if "lora_" in k}, path)
+    assert main([str(actor), str(tmp_path / "none"), "--quiet"]) == 1
+    assert "--base-model" in capsys.readouterr().err
+    ours = weights(export(actor, tmp_path / "out", "--dtype", "fp32", "--base-model", str(ckpts["model"]),
+                          "--verify"))
+    full = weights(export(ckpts["lora"], tmp_path / "full", "--dtype", "fp32"))
+    assert set(ours) == set(full) and all(torch.equal(ours[k], full[k]) for k in full)

@@ -216,6 +216,13 @@ def aliases(entries: dict[str, Entry]) -> dict[str, str]:
     return found
 
 
+def _row_blocks(entry: Entry, step: int) -> list[tuple[int, int]]:
+    """Row ranges of at most `step` rows that never straddle a piece boundary (so Shard(0) pieces need no copy)."""
+    cuts = sorted({0, entry.shape[0]} | {r.offsets[0] for r in entry.regions} |
+                  {r.offsets[0] + r.local.shape[0] for r in entry.regions})
+    return [(a, min(b, a + step)) for lo, b in zip(cuts, cuts[1:]) for a in range(lo, b, step)]
+
+
 def iter_blocks(entry: Entry, dtype: torch.dtype | None = None, block_bytes: int = BLOCK_BYTES,
                 release: bool = True) -> Iterator[torch.Tensor]:
     """Yield the merged tensor as consecutive row blocks (dim 0) in `dtype`; pages are released after each block."""
@@ -223,16 +230,11 @@ def iter_blocks(entry: Entry, dtype: torch.dtype | None = None, block_bytes: int
     if len(entry.shape) == 0:
         yield entry.regions[0].local.to(dtype)
         return
-    rows = entry.shape[0]
     row_bytes = max(1, math.prod(entry.shape[1:]) * entry.dtype.itemsize)
-    step = max(1, block_bytes // row_bytes)
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
+    for start, stop in _row_blocks(entry, max(1, block_bytes // row_bytes)):
         parts = [(r, max(start, r.offsets[0]), min(stop, r.offsets[0] + r.local.shape[0])) for r in entry.regions]
         parts = [(r, a, b) for r, a, b in parts if a < b]
-        whole = (len(parts) == 1 and parts[0][1] == start and parts[0][2] == stop
-                 and tuple(parts[0][0].local.shape[1:]) == entry.shape[1:])
-        if whole:
+        if len(parts) == 1 and tuple(parts[0][0].local.shape[1:]) == entry.shape[1:]:
             r = parts[0][0]
             yield r.local[start - r.offsets[0]:stop - r.offsets[0]].to(dtype)
         else:

@@ -21,9 +21,9 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
-from utils.fsdp_checkpoint import (CheckpointError, Entry, Layout, aliases, iter_blocks, load_shards, merge_entry,
-                                   plan_entries, read_layout, resolve_actor_dir)
-from utils.safetensors_stream import StreamWriter, TensorSpec, parse_size, plan_files, write_index
+from utils.fsdp_checkpoint import (CheckpointError, Entry, Layout, Region, aliases, iter_blocks, load_shards,
+                                   merge_entry, plan_entries, read_layout, resolve_actor_dir)
+from utils.safetensors_stream import StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files, write_index
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "auto": None}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
@@ -41,6 +41,7 @@ class ExportOptions:
     dtype: str = "bf16"  # bf16 | fp16 | fp32 | auto (keep the shards' dtype)
     lora: str = "merge"  # merge: LoRA folded into the weights; adapter: base model + OUTPUT/lora_adapter
     lora_alpha: float | None = None  # only when the checkpoint lacks lora_train_meta.json
+    base_model: str | None = None  # HF folder with the base weights, for LoRA-only checkpoints (save_lora_only)
     max_shard_size: str = "2GB"  # per safetensors file
     force: bool = False  # replace an existing output folder
     progress: bool = True  # show a progress bar
@@ -92,8 +93,7 @@ def plan_outputs(layout: Layout, entries: dict[str, Entry], config: dict,
                                       f"to {name!r}")
             model[name] = Output(name, entry)
     if factors and not model:
-        raise CheckpointError(f"{layout.actor_dir} holds only LoRA weights (actor.checkpoint.save_lora_only); "
-                              f"it has no base weights to export")
+        model = base_outputs(layout, options)
     adapter = []
     for module, ab in sorted(factors.items()):
         if set(ab) != {"A", "B"} or f"{module}.weight" not in model:
@@ -103,6 +103,16 @@ def plan_outputs(layout: Layout, entries: dict[str, Entry], config: dict,
         else:
             model[f"{module}.weight"].lora = (ab["A"], ab["B"], lora_scale(layout, ab["A"].shape[0], options))
     return list(model.values()), adapter
+
+
+def base_outputs(layout: Layout, options: ExportOptions) -> dict[str, Output]:
+    """Base weights of a LoRA-only checkpoint, memory-mapped from the --base-model folder's safetensors."""
+    if not options.base_model:
+        raise CheckpointError(f"{layout.actor_dir} holds only LoRA weights (actor.checkpoint.save_lora_only): "
+                              f"pass --base-model with the HF folder training started from")
+    tensors = map_safetensors(options.base_model)
+    return {name: Output(name, Entry(name, tuple(t.shape), t.dtype, [Region(0, (0,) * t.dim(), t)]))
+            for name, t in tensors.items()}
 
 
 def target_dtype(entry: Entry, options: ExportOptions) -> torch.dtype:
@@ -116,16 +126,17 @@ def _spec(out: Output, options: ExportOptions) -> TensorSpec:
 
 
 def stream_output(out: Output, dtype: torch.dtype) -> Iterator[torch.Tensor]:
-    """Merged row blocks of one output tensor in `dtype`, LoRA update added in the source precision."""
+    """Merged row blocks of one output tensor in `dtype`; a LoRA update is added in (at least) fp32."""
     lora = None
     if out.lora:
         a, b, scale = out.lora
-        lora = (merge_entry(a, out.entry.dtype), merge_entry(b, out.entry.dtype), scale)
-    row = 0
-    for block in iter_blocks(out.entry):
+        work = torch.promote_types(out.entry.dtype, torch.float32)
+        lora = (merge_entry(a, work), merge_entry(b, work), scale)
+    row, exact = 0, lora is None and dtype != torch.float16  # else convert after the update / range check
+    for block in iter_blocks(out.entry, dtype if exact else None):
         if lora:
             a, b, scale = lora
-            block = block + (b[row:row + len(block)] @ a) * scale
+            block = block.to(a.dtype) + (b[row:row + len(block)] @ a) * scale
         row += len(block) if block.dim() else 1
         converted = block.to(dtype)
         if dtype == torch.float16 and torch.isinf(converted).any() and not torch.isinf(block).any():

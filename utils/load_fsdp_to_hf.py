@@ -38,6 +38,7 @@ class Args:
     force: bool = _opt(False, "replace OUTPUT_DIR if it exists")
     lora: str = _opt("merge", "merge: LoRA folded into the weights; adapter: base model + OUTPUT_DIR/lora_adapter")
     lora_alpha: float | None = _opt(None, "LoRA alpha, only for checkpoints without lora_train_meta.json")
+    base_model: str = _opt("", "HF folder of the base model, needed for LoRA-only checkpoints (save_lora_only)")
     max_shard_size: str = _opt("2GB", "largest safetensors file, e.g. 2GB or 500MB")
     quiet: bool = _opt(False, "no progress bar")
 
@@ -63,7 +64,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     options = ExportOptions(dtype=args.dtype, lora=args.lora, lora_alpha=args.lora_alpha,
-                            max_shard_size=args.max_shard_size, force=args.force, progress=not args.quiet)
+                            base_model=args.base_model or None, max_shard_size=args.max_shard_size,
+                            force=args.force, progress=not args.quiet)
     try:
         report = export_checkpoint(args.checkpoint, args.output_dir, options)
         if args.verify:

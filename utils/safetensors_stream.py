@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ DTYPE_CODES = {
     torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
 }
 INDEX_NAME = "model.safetensors.index.json"
+CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 
 @dataclass(frozen=True)
@@ -121,3 +123,24 @@ def write_index(out_dir: Path, files: dict[str, list[TensorSpec]]) -> None:
     total = sum(spec.nbytes for specs in files.values() for spec in specs)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (Path(out_dir) / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+
+
+def map_safetensors(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the *.safetensors files in `folder` as a view into a private file mapping (reads no data)."""
+    tensors = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        size = int.from_bytes(mapped[:8], "little")
+        header = json.loads(mapped[8:8 + size])
+        raw = torch.frombuffer(mapped, dtype=torch.uint8)
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = (8 + size + o for o in info["data_offsets"])
+            dtype = CODE_DTYPES[info["dtype"]]
+            data = raw[start:end] if start % dtype.itemsize == 0 else raw[start:end].clone()
+            tensors[name] = data.view(dtype).reshape(info["shape"])
+    if not tensors:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors files")
+    return tensors
