@@ -107,11 +107,15 @@ class IsolatedScorer:
 
     def _run(self, batch: list[tuple[dict[str, Any], Future]]) -> list[dict[str, Any]]:
         requests = [request for request, _ in batch]
-        results = self._run_in_child(requests)
-        if len(results) < len(requests):  # the child hung in C code: replay the rest one by one
-            for request in requests[len(results):]:
-                results.extend(self._run_in_child([request]) or [_failed(
-                    request, f"scorer hung and was killed after {request['options']['timeout_s']} s")])
+        results: list[dict[str, Any]] = []
+        while len(results) < len(requests):
+            rest = requests[len(results):]
+            answered = self._run_in_child(rest)
+            results.extend(answered)
+            if len(answered) < len(rest):  # the child hung in C code: the first unanswered item is replayed alone
+                first = requests[len(results)]
+                results.extend(self._run_in_child([first]) or [_failed(
+                    first, f"scorer hung and was killed after {first['options']['timeout_s']} s")])
         return results
 
     def _run_in_child(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -70,31 +70,35 @@ def test_splits_share_no_question_over_10k_items(mix):
 
 
 _DUMP = """
-import hashlib, json, sys
+import hashlib, json
 from envs.stream import TaskStream
 from envs.tasks import all_tasks
-out = {}
-for task in all_tasks():
-    stream = TaskStream({"tasks": {task: {}}}, split=sys.argv[1], seed=0)
-    for position in (0, 4097):
-        key, config, entry = stream.entry_at(position)
-        out[f"{task}@{position}"] = hashlib.sha256(json.dumps([entry["question"], entry["answer"]]).encode()).hexdigest()
-    stream.close()
-print(json.dumps(out))
+stream = TaskStream({"tasks": {task: {} for task in all_tasks()}}, seed=0)
+out, position = {}, 0
+while len({key for key, _ in out.values()}) < len(all_tasks()):
+    key, config, entry = stream.entry_at(position)
+    out[position] = (key, hashlib.sha256(json.dumps([entry["question"], entry["answer"]]).encode()).hexdigest())
+    position += 1
+stream.close()
+print("RESULT " + json.dumps(out))
 """
 
 
 @pytest.mark.slow
 def test_every_task_is_reproducible_under_any_pythonhashseed():
-    """Includes list_functions (global random) and the PYTHONHASHSEED-sensitive generators."""
-    runs = []
-    for hash_seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        runs.append(subprocess.Popen([sys.executable, "-c", _DUMP, "train"], env=env, stdout=subprocess.PIPE,
-                                     text=True, cwd=REPO))
-    first, second = (json.loads(run.communicate(timeout=600)[0].splitlines()[-1]) for run in runs)
-    assert len(first) == 2 * len(all_tasks())
-    assert {k for k in first if first[k] != second[k]} == set()
+    """One stream over all 105 tasks, read until every task appeared, in two processes with different PYTHONHASHSEED.
+
+    Covers list_functions (global random) and the PYTHONHASHSEED-sensitive generators (run in producer processes).
+    """
+    runs = [subprocess.Popen([sys.executable, "-c", _DUMP], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                             stdout=subprocess.PIPE, text=True, cwd=REPO) for hash_seed in ("1", "2")]
+    outputs = []
+    for run in runs:
+        stdout = run.communicate(timeout=800)[0]
+        outputs.append(json.loads(next(line[7:] for line in stdout.splitlines() if line.startswith("RESULT "))))
+    first, second = outputs
+    assert len({key for key, _ in first.values()}) == len(all_tasks())
+    assert [p for p in first if first[p] != second.get(p)] == []
 
 
 def test_dataloader_workers_shard_without_duplicates():

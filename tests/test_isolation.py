@@ -1,0 +1,72 @@
+"""Isolated scoring: hangs are stopped after the timeout, nothing else in the batch is lost, and it stays cheap."""
+
+import asyncio
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.isolation import IsolatedScorer
+from envs.reward import RewardOptions
+
+PLUGIN = Path(__file__).resolve().parent / "hanging_tasks.py"
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    """A scorer whose child process knows the misbehaving test tasks (registered via RG_GRPO_TASK_MODULES)."""
+    os.environ["RG_GRPO_TASK_MODULES"] = str(PLUGIN)
+    spec = importlib.util.spec_from_file_location("hanging_tasks", PLUGIN)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # and in this process, for generating entries
+    scorer = IsolatedScorer()
+    yield scorer
+    scorer.close()
+    del os.environ["RG_GRPO_TASK_MODULES"]
+
+
+def entry(task, idx):
+    return {"question": f"Say {idx}.", "answer": str(idx), "metadata": {"source_dataset": task, "source_index": idx}}
+
+
+@pytest.mark.parametrize("task, poison", [("test_sleepy_scorer", "sleep"), ("test_deaf_scorer", "deaf")])
+def test_a_hanging_scorer_costs_one_score_and_nothing_else(scorer, task, poison):
+    options = RewardOptions(timeout_s=1.0)
+    requests = [{"response": f"<answer>{i}</answer>", "entry": entry(task, i), "options": options} for i in range(20)]
+    requests[7] = {**requests[7], "response": f"<answer>{poison}</answer>"}
+    start = time.monotonic()
+    results = scorer.score_many(requests)
+    elapsed = time.monotonic() - start
+    assert [r["score"] for r in results] == [1.0] * 7 + [0.0] + [1.0] * 12
+    assert "timed out" in results[7]["reason"] or "hung" in results[7]["reason"]
+    assert elapsed < 10
+    # and the scorer still works afterwards
+    assert scorer.score_many(requests[:2])[1]["score"] == 1.0
+
+
+def test_bad_responses_never_crash(scorer):
+    e = entry("test_sleepy_scorer", 3)
+    bad = [None, 42, "", "\ud800<answer>3</answer>", "<answer>" * 10_000, "x" * 300_000]
+    results = scorer.score_many([{"response": r, "entry": e} for r in bad])
+    assert [r["score"] for r in results] == [0.0] * len(bad)
+    assert all(r["reason"] for r in results[:4]) and "exceeds max_response_chars" in results[5]["reason"]
+
+
+def test_compute_score_is_verls_async_entry_point():
+    from envs.generation import generate_entry
+    from envs.verl_reward import compute_score
+
+    item = generate_entry("chain_sum", {}, "train", 0, 0)
+    extra = {"entry": item, "task": "sums", "task_name": "chain_sum", "config": {}}
+
+    async def run():
+        return await asyncio.gather(*[compute_score("reasoning_gym/chain_sum", text, item["answer"], extra)
+                                      for text in (f"<answer>{item['answer']}</answer>", "\ud800", "no")])
+
+    good, surrogate, missing = asyncio.run(run())
+    assert good["score"] == 1.0 and good["task"] == "sums"
+    assert surrogate["score"] == 0.0 and "invalid Unicode" in surrogate["reason"]
+    assert missing["answer_found"] == 0.0
+    with pytest.raises(ValueError, match="has no 'entry'"):
+        asyncio.run(compute_score("reasoning_gym/chain_sum", "x", "1", {}))

@@ -1,0 +1,153 @@
+"""The reward: extraction, options, repaired scorers, and every Reasoning Gym task through verl's reward manager."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from verl import DataProto
+from verl.trainer.ppo.reward import load_reward_manager
+
+from envs.answers import extract_answer, format_ok
+from envs.generation import generate_entry
+from envs.reward import RewardOptions, score_response
+from envs.tasks import all_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_ANSWER_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
+NO_EXAMPLE = {"boxnet", "rush_hour"}  # answer is None and the metadata holds no example valid answer
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("<think>t</think><answer> 42 </answer>", "42"),
+    ("<answer>3</answer> then <answer>5", "3"),
+    ("<answer><answer>x</answer></answer>", "x"),
+    ("</answer><answer>7</answer>", "7"),
+    ("no tags", None),
+    ("<answer>unclosed", None),
+    ("", None),
+])
+def test_extract_answer(text, answer):
+    assert extract_answer(text) == answer
+
+
+def test_format_check():
+    assert format_ok("<think>a</think>\n<answer>1</answer>", require_think=True)
+    assert not format_ok("<answer>1</answer>", require_think=True)
+    assert format_ok("reasoning <answer>1</answer>\n", require_think=False)
+    assert not format_ok("<answer>1</answer><answer>2</answer>", require_think=False)
+    assert not format_ok("<think>a</think><answer>1</answer> trailing", require_think=True)
+
+
+def entry_of(task, position=0, config=None):
+    return generate_entry(task, config or {}, "train", 0, position)
+
+
+def correct_answer(entry):
+    if entry["answer"] is not None:
+        return entry["answer"]
+    metadata = entry["metadata"]
+    value = next(metadata[k] for k in EXAMPLE_ANSWER_KEYS if k in metadata)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def test_options_partial_binarised_format_overlong():
+    entry = entry_of("chain_sum")
+    wrapped = f"xx {entry['answer']}"  # RG's substring partial credit
+    partial = score_response(f"<answer>{wrapped}</answer>", entry, options=RewardOptions(partial_credit=True))
+    assert 0 < partial["score"] < 1 and partial["acc"] == 0.0
+    assert score_response(f"<answer>{wrapped}</answer>", entry)["score"] == 0.0
+    good = f"<think>ok</think><answer>{entry['answer']}</answer>"
+    with_format = score_response(good, entry, options=RewardOptions(format_reward=0.2, require_think=True))
+    assert with_format["score"] == pytest.approx(1.2) and with_format["format_ok"] == 1.0
+    overlong = RewardOptions(max_response_length=100, overlong_buffer=20)
+    assert score_response(good, entry, options=overlong, response_length=90)["score"] == pytest.approx(0.5)
+    assert score_response(good, entry, options=overlong, response_length=100)["score"] == pytest.approx(0.0)
+    assert score_response(good, entry, options=overlong, response_length=70)["score"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"unknown reward option\(s\) \['format_bonus'\]"):
+        RewardOptions.from_kwargs({"format_bonus": 1})
+
+
+def test_game_of_life_halting_is_repaired():
+    entry = entry_of("game_of_life_halting")
+    wrong = "False" if entry["answer"] == "True" else "True"
+    assert score_response(f"<answer>{entry['answer']}</answer>", entry)["acc"] == 1.0
+    assert score_response(f"<answer>{wrong}</answer>", entry)["score"] == 0.0
+    assert score_response("<answer>banana</answer>", entry)["score"] == 0.0
+
+
+def test_scorer_exceptions_score_zero_with_reason():
+    entry = entry_of("prime_factorization")
+    result = score_response("<answer>x × ÷ 2</answer>", entry)
+    assert result["score"] == 0.0 and "scorer raised" in result["reason"]
+
+
+ADVERSARIAL = {
+    "empty": "",
+    "whitespace": "   \n ",
+    "1MB": "<answer>" + "9" * (1 << 20) + "</answer>",
+    "invalid unicode": "<answer>\ud800</answer>",
+    "nested tags": "<answer><answer>zzz</answer></answer>",
+    "unclosed tag": "<think>hmm<answer>zzz",
+    "no tags": "the answer is 42",
+}
+
+
+@pytest.fixture(scope="module")
+def reward_manager(tiny_tokenizer):
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            f"reward.custom_reward_function.path={REPO / 'envs' / 'verl_reward.py'}",
+            "reward.custom_reward_function.name=compute_score",
+            "+reward.custom_reward_function.reward_kwargs.format_reward=0.0",
+        ])
+    return load_reward_manager(config, tiny_tokenizer)
+
+
+def as_dataproto(tokenizer, task, entry, response):
+    prompt = torch.tensor([[1, 2, 3]])
+    ids = tokenizer(response, add_special_tokens=False, return_tensors="pt").input_ids if response else torch.zeros((1, 0), dtype=torch.long)
+    responses = torch.cat([ids, torch.zeros((1, 1), dtype=torch.long)], dim=1)  # one pad so empty responses have a slot
+    mask = torch.cat([torch.ones_like(prompt), torch.ones_like(ids), torch.zeros((1, 1), dtype=torch.long)], dim=1)
+    return DataProto.from_single_dict({
+        "prompts": prompt, "responses": responses, "attention_mask": mask,
+        "data_source": np.array([f"reasoning_gym/{task}"], dtype=object),
+        "reward_model": np.array([{"ground_truth": entry["answer"]}], dtype=object),
+        "extra_info": np.array([{"entry": entry, "task": task, "task_name": task, "config": {}}], dtype=object),
+    })
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_task_through_verls_reward_manager(reward_manager, tiny_tokenizer):
+    """Correct (the entry's own or example answer), wrong, malformed and adversarial responses, for all 105 tasks."""
+    cases = []
+    for task in all_tasks():
+        entry = entry_of(task)
+        if task not in NO_EXAMPLE:
+            cases.append((task, entry, f"<think>x</think><answer>{correct_answer(entry)}</answer>", "correct"))
+        cases.append((task, entry, "<answer>definitely not it</answer>", "wrong"))
+        # token ids cannot hold lone surrogates, so that case is tested on compute_score directly (test_isolation)
+        cases += [(task, entry, text, name) for name, text in ADVERSARIAL.items() if name not in ("invalid unicode", "1MB")]
+    for task in ("chain_sum", "countdown", "prime_factorization"):  # 1 MB takes seconds to tokenize: a few tasks suffice
+        cases.append((task, entry_of(task), ADVERSARIAL["1MB"], "1MB"))
+
+    async def run_all():
+        return await asyncio.gather(*[
+            reward_manager.run_single(as_dataproto(tiny_tokenizer, task, entry, text)) for task, entry, text, _ in cases])
+
+    results = reward_manager.loop.run_until_complete(run_all())
+    failures = []
+    for (task, entry, text, kind), result in zip(cases, results):
+        info, score = result["reward_extra_info"], result["reward_score"]
+        if kind == "correct" and info["acc"] != 1.0:
+            failures.append((task, kind, info["reason"], info["pred"]))
+        if kind != "correct" and (info["acc"] != 0.0 or score > 0.3):  # partial-credit tasks may give small scores
+            failures.append((task, kind, score, info["reason"]))
+        if kind in ADVERSARIAL and kind not in ("nested tags",) and info["answer_found"] and kind != "1MB":
+            failures.append((task, kind, "answer found"))
+        assert isinstance(info["reason"], str) and info["task"] == task
+    assert failures == []
