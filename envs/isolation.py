@@ -107,20 +107,18 @@ class IsolatedScorer:
 
     def _run(self, batch: list[tuple[dict[str, Any], Future]]) -> list[dict[str, Any]]:
         requests = [request for request, _ in batch]
-        results: list[dict[str, Any]] = []
-        while len(results) < len(requests):
-            rest = requests[len(results):]
-            answered = self._run_in_child(rest)
-            results.extend(answered)
-            if len(answered) < len(rest):  # the child hung in C code: the first unanswered item is replayed alone
-                first = requests[len(results)]
-                results.extend(self._run_in_child([first]) or [_failed(
-                    first, f"scorer hung and was killed after {first['options']['timeout_s']} s")])
+        results = self._run_in_child(requests)
+        # The child hung in C code and was killed. Items it finished but had not sent yet are unknown, so the rest are
+        # replayed one per request: cheap (a pipe round trip each), and only a hanging item costs another kill.
+        for request in requests[len(results):]:
+            results.extend(self._run_in_child([request]) or [_failed(
+                request, f"scorer hung and was killed after {request['options']['timeout_s']} s")])
         return results
 
     def _run_in_child(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self._child is None or not self._child.alive():
             self._child = WorkerProcess("envs.isolation:_score_batch", env={"PYTHONHASHSEED": "0"})
+            self._child.wait_ready()
         silence = max(r["options"]["timeout_s"] for r in requests) + _GRACE_SECONDS
         self._child.send(requests)
         results: list[dict[str, Any]] = []

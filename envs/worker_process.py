@@ -4,8 +4,9 @@ Used to produce items ahead of time (envs.producer) and to isolate scorers that 
 plain subprocess rather than multiprocessing so that the child's environment (PYTHONHASHSEED=0) is explicit, and so that
 no `__main__` module is re-imported in the child.
 
-Protocol: each frame is an 8-byte little-endian length and a pickle. For every request the child sends any number of
-("item", value) frames, then ("end", None), or ("error", text) if the function raised.
+Protocol: each frame is an 8-byte little-endian length and a pickle. The child first sends ("ready", None) once its
+imports are done; then for every request any number of ("item", value) frames, then ("end", None), or ("error", text)
+if the function raised.
 """
 
 from __future__ import annotations
@@ -57,16 +58,29 @@ class WorkerProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env, bufsize=0,
         )
         self._out = self._proc.stdout.fileno()
+        self._ready = False
 
     def send(self, request: Any) -> None:
         """Sends one request; the child answers with item frames and an end frame."""
         _write_frame(self._proc.stdin.fileno(), request)
 
-    def receive(self, timeout: float | None = None) -> tuple[str, Any]:
-        """Returns the next (kind, value) frame; raises TimeoutError if none arrives within `timeout` seconds."""
+    def _receive(self, timeout: float | None = None) -> tuple[str, Any]:
         if timeout is not None and not select.select([self._out], [], [], timeout)[0]:
             raise TimeoutError(f"no answer from {self.target} within {timeout:.1f} s")
         return _read_frame(self._out)
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Waits for the child's ready frame, so that start-up time is never mistaken for a hang."""
+        kind, _ = self._receive(timeout)
+        if kind != "ready":
+            raise RuntimeError(f"{self.target}: expected a ready frame, got {kind!r}")
+        self._ready = True
+
+    def receive(self, timeout: float | None = None) -> tuple[str, Any]:
+        """Returns the next (kind, value) frame after the ready frame; TimeoutError if none arrives in `timeout` s."""
+        if not self._ready:
+            self.wait_ready()
+        return self._receive(timeout)
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -97,6 +111,7 @@ def _serve(target: str) -> None:
     os.dup2(2, 1)  # anything the task code prints goes to stderr, never into the protocol pipe
     sys.stdout = sys.stderr
     protocol_in = sys.stdin.fileno()
+    _write_frame(protocol_out, ("ready", None))
     while True:
         try:
             request = _read_frame(protocol_in)
