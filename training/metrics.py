@@ -1,0 +1,75 @@
+"""Per-task metrics of one step's responses, with stable keys grouped by prefix.
+
+Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples}, env/{reward,accuracy,answer_rate},
+env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
+curriculum/<task>/level. The same function serves the trainer and the preflight, so both report alike.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Iterable, Mapping
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One scored response."""
+
+    task: str  # mix key of the prompt's task
+    group: str  # prompt id (verl's uid): samples of one prompt form a GRPO group
+    score: float  # reward given to the policy
+    accuracy: float  # 1.0 if fully correct
+    answer_found: float  # 1.0 if an <answer> block was extracted
+    response_length: float  # tokens
+
+
+def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float) -> SampleRecord:
+    """Returns a SampleRecord from envs' reward dict (keys acc, answer_found) and the score verl used."""
+    return SampleRecord(task=str(task), group=str(group), score=float(score),
+                        accuracy=float(reward_info.get("acc", 0.0) or 0.0),
+                        answer_found=float(reward_info.get("answer_found", 0.0) or 0.0),
+                        response_length=float(response_length))
+
+
+def zero_variance_fraction(records: Iterable[SampleRecord]) -> float:
+    """Returns the fraction of groups (prompts) whose scores are all equal; 0.0 for no records."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        groups[record.group].append(record.score)
+    if not groups:
+        return 0.0
+    flat = sum(1 for scores in groups.values() if max(scores) - min(scores) < 1e-9)
+    return flat / len(groups)
+
+
+def env_metrics(records: list[SampleRecord]) -> dict[str, float]:
+    """Returns env/<task>/... means per task and overall, and env/zero_variance_groups."""
+    by_task: dict[str, list[SampleRecord]] = defaultdict(list)
+    for record in records:
+        by_task[record.task].append(record)
+    metrics: dict[str, float] = {}
+    for prefix, group in [(f"env/{task}", rows) for task, rows in sorted(by_task.items())] + [("env", records)]:
+        if not group:
+            continue
+        metrics[f"{prefix}/reward"] = fmean(r.score for r in group)
+        metrics[f"{prefix}/accuracy"] = fmean(r.accuracy for r in group)
+        metrics[f"{prefix}/answer_rate"] = fmean(r.answer_found for r in group)
+        metrics[f"{prefix}/response_length"] = fmean(r.response_length for r in group)
+        metrics[f"{prefix}/samples"] = float(len(group))
+    metrics["env/zero_variance_groups"] = zero_variance_fraction(records)
+    return metrics
+
+
+def scores_by_task(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
+    """Returns {task: [accuracy of each response]}: what the curriculum's promote/demote rule reads."""
+    scores: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        scores[record.task].append(record.accuracy)
+    return dict(scores)
+
+
+def curriculum_metrics(levels: Mapping[str, int]) -> dict[str, float]:
+    """Returns curriculum/<task>/level for every leveled task."""
+    return {f"curriculum/{task}/level": float(level) for task, level in sorted(levels.items())}

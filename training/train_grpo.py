@@ -1,0 +1,109 @@
+"""GRPO training on Reasoning Gym with verl.
+
+    python training/train_grpo.py --config-name quickstart [hydra overrides]
+    CUDA_VISIBLE_DEVICES=0,1 python training/train_grpo.py --config-name inter_algorithmic
+    python training/train_grpo.py --config-name quickstart preflight=true     # CPU check of the whole data path
+
+Configs are configs/NAME.yaml over verl's ppo_trainer. Before any worker starts, the config is resolved (offline
+model folders, GPU count), checked (batch arithmetic, GPUs, model, task names, prompt lengths with the model's
+tokenizer) and validated by verl. Without a CUDA GPU, or with preflight=true, the preflight runs instead of training.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from training.checks import (
+    ConfigProblem,
+    batch_plan,
+    check_config,
+    prompt_length_problems,
+    sample_prompt_lengths,
+    raise_if_problems,
+)
+from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count
+
+
+def load_tokenizer(cfg: DictConfig):
+    """Returns the model's tokenizer, or raises ConfigProblem saying which path to fix."""
+    from transformers import AutoTokenizer
+
+    path = cfg.actor_rollout_ref.model.get("tokenizer_path") or cfg.actor_rollout_ref.model.path
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as err:
+        raise ConfigProblem(f"cannot load the tokenizer of actor_rollout_ref.model.path={path}: {err}\n"
+                            "  set it to a local model folder, or a hub id with network access") from err
+
+
+def prepare(cfg: DictConfig, preflight: bool):
+    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer."""
+    visible = visible_gpu_count()
+    resolve_config(cfg)
+    problems = check_config(cfg, 0 if preflight else visible)
+    try:
+        validate_with_verl(cfg)
+    except (AssertionError, ValueError) as err:
+        problems.append(f"verl's validate_config: {err}")
+    reward_kwargs = dict(cfg.env.reward or {})
+    try:
+        from envs.reward import RewardOptions
+
+        RewardOptions.from_kwargs(reward_kwargs)
+    except (TypeError, ValueError) as err:
+        problems.append(f"env.reward: {err}")
+    raise_if_problems(problems, "config check")
+    tokenizer = load_tokenizer(cfg)
+    lengths = sample_prompt_lengths(cfg, tokenizer, int(cfg.env.preflight.length_check_items))
+    raise_if_problems(prompt_length_problems(lengths, int(cfg.data.max_prompt_length), str(cfg.env.on_long_prompt)),
+                      "prompt length check")
+    print(f"[check] batch: {batch_plan(cfg).describe()}")
+    print(f"[check] longest sampled prompt per task (tokens): "
+          f"{ {task: max(v) for task, v in sorted(lengths.items())} } <= data.max_prompt_length="
+          f"{cfg.data.max_prompt_length}")
+    return tokenizer
+
+
+def launch(cfg: DictConfig) -> None:
+    """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit."""
+    from verl.trainer.main_ppo import run_ppo
+    from verl.utils.device import auto_set_device
+
+    from training.runner import ReasoningGymTaskRunner
+
+    auto_set_device(cfg)
+    run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
+
+
+def run(cfg: DictConfig) -> int:
+    """Checks, then preflight (no CUDA GPU or preflight=true) or training. Returns the exit code."""
+    import torch
+
+    has_gpu = torch.cuda.is_available() and visible_gpu_count() > 0
+    preflight = bool(cfg.get("preflight", False)) or not has_gpu
+    reason = "preflight=true" if cfg.get("preflight", False) else "no CUDA GPU is visible, so this runs the preflight instead of training"
+    try:
+        tokenizer = prepare(cfg, preflight)
+    except ConfigProblem as err:
+        print(f"[check] {err}", file=sys.stderr)
+        return 2
+    if preflight:
+        from training.preflight import run_preflight
+
+        return run_preflight(cfg, tokenizer, reason)
+    launch(cfg)
+    return 0
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="quickstart", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    code = run(cfg)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

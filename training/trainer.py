@@ -1,0 +1,128 @@
+"""Our verl trainer: verl's synchronous v1 trainer, fed by the envs task stream, with per-task metrics and curriculum.
+
+Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mode=reasoning_gym`). What it changes:
+- `_init_dataloader` (the one private method replaced; verl's needs a dataset with len()): the stream and the fixed
+  validation list become StatefulDataLoaders, so verl's checkpoint saves the stream state (with the curriculum) in
+  `global_step_N/data.pt` and `trainer.resume_mode=auto` continues the stream where it stopped;
+- `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics
+  and feed the curriculum, before verl saves the checkpoint of that step.
+Everything else, hooks included, is verl's PPOTrainerSync.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
+
+from training.data import (
+    build_train_dataloader,
+    build_train_stream,
+    build_val_dataloader,
+    build_validation_items,
+)
+from training.metrics import curriculum_metrics, env_metrics, record_from_reward, scores_by_task
+
+TRAINER_NAME = "reasoning_gym"
+VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
+logger = logging.getLogger(__name__)
+
+
+def needs_exact_refill(config: DictConfig) -> bool:
+    """True when verl refills prompts one at a time (dynamic sampling or failed-group refill): gen batch of 1."""
+    filter_groups = config.algorithm.get("filter_groups") or {}
+    sampler = config.trainer.v1.get("sampler") or {}
+    return bool(filter_groups.get("enable", False) or sampler.get("sync_refill_failed_groups", False))
+
+
+@register_trainer(TRAINER_NAME)
+class ReasoningGymTrainer(PPOTrainerSync):
+    """verl's sync trainer on the Reasoning Gym task stream (reads env.*, data.*, trainer.total_training_steps)."""
+
+    def __init__(self, config: DictConfig):
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = VERL_MODE
+        super().__init__(config)
+
+    def _init_dataloader(self):
+        """Builds the stream and validation loaders; sets what verl's version sets (pinned by a contract test)."""
+        config = self.config
+        steps = config.trainer.get("total_training_steps")
+        if not steps or int(steps) < 1:
+            raise ValueError("trainer.total_training_steps must be set (>= 1): a task stream has no epochs")
+        if needs_exact_refill(config):
+            with open_dict(config):
+                config.data.gen_batch_size = 1
+        gen_batch_size = config.data.get("gen_batch_size") or config.data.train_batch_size
+        self.train_dataset = build_train_stream(config, self.tokenizer)
+        self.val_dataset = build_validation_items(config, self.tokenizer)
+        self.train_dataloader = build_train_dataloader(self.train_dataset, int(gen_batch_size))
+        self.train_dataloader_it = None
+        self.val_dataloader = build_val_dataloader(self.val_dataset)
+        self.total_training_steps = int(steps)
+        self.steps_per_epoch = self.total_training_steps  # one pass of the loop; the stream never ends
+        with open_dict(config):
+            config.trainer.total_epochs = 1
+            optim_steps = self.total_training_steps * self.parameter_sync_step
+            if OmegaConf.select(config, "actor_rollout_ref.actor.optim"):
+                config.actor_rollout_ref.actor.optim.total_training_steps = optim_steps
+            if OmegaConf.select(config, "critic.optim"):
+                config.critic.optim.total_training_steps = optim_steps
+        logger.info("task stream ready: %d steps, gen batch %s, %d validation items",
+                    self.total_training_steps, gen_batch_size, len(self.val_dataset))
+
+    def step(self, metrics: dict, timing_raw: dict):
+        """verl's step, then env metrics and curriculum feedback from the step's scored responses."""
+        batch = super().step(metrics, timing_raw)
+        with marked_timer("env_feedback", timing_raw, color="cyan"):
+            metrics.update(self.env_feedback(batch))
+        return batch
+
+    def env_feedback(self, batch) -> dict[str, float]:
+        """Reads the scores of the step's non-padding responses from TransferQueue and applies them."""
+        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        metrics = self.apply_feedback(read_records(keys, batch.partition_id) if keys else [])
+        metrics["timing/reward"] = _reward_seconds(keys, batch.partition_id)
+        return metrics
+
+    def apply_feedback(self, records) -> dict[str, float]:
+        """Feeds per-task accuracies to the curriculum; returns env/*, curriculum/* and timing/data metrics."""
+        curriculum = self.train_dataset.curriculum
+        moved = curriculum.update(scores_by_task(records))
+        if moved:
+            logger.info("curriculum moved at step %s: %s", getattr(self, "global_steps", "?"), moved)
+        metrics = env_metrics(records)
+        metrics.update(curriculum_metrics(curriculum.levels()))
+        for key, count in sorted(self.train_dataset.stream.stats.items()):
+            metrics[f"env/{key}"] = float(count)  # e.g. env/filtered_long_prompt/<task>, cumulative
+        metrics["timing/data"] = self.train_dataset.pop_seconds()
+        return metrics
+
+
+def read_records(keys: list[str], partition_id: str):
+    """Returns SampleRecords for `keys` from TransferQueue (uid, extra_info, reward extra info, scores, lengths)."""
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
+                           select_fields=["uid", "extra_info", "extra_fields", "rm_scores", "responses"])
+    scores = data["rm_scores"].sum(dim=1).tolist()
+    lengths = data["responses"].offsets().diff().tolist()
+    uids, extra_infos, extra_fields = data["uid"].tolist(), data["extra_info"].tolist(), data["extra_fields"].tolist()
+    records = []
+    for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
+        reward_info = (fields or {}).get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_info, score, length))
+    return records
+
+
+def _reward_seconds(keys: list[str], partition_id: str) -> float:
+    """Returns the summed per-response scoring seconds verl's agent loop measured (0.0 where not recorded)."""
+    if not keys:
+        return 0.0
+    try:
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["metrics"])
+        return float(sum((m or {}).get("compute_score", 0.0) for m in data["metrics"].tolist()))
+    except (KeyError, RuntimeError, ValueError):
+        return 0.0
