@@ -15,12 +15,15 @@ from evaluation.config import ModelConfig, SamplingConfig
 log = logging.getLogger(__name__)
 
 
-def sampling_params(sampling: SamplingConfig, n: int):
-    """vLLM SamplingParams for `n` samples (reads temperature, top_p, max_tokens, seed)."""
+def sampling_params(sampling: SamplingConfig, n: int, detokenize: bool = False):
+    """vLLM SamplingParams for `n` samples (reads temperature, top_p, max_tokens).
+
+    detokenize=False: the engine skips per-token incremental detokenization (we use no stop strings); the backend
+    decodes all responses in one batch at the end, same text (special tokens skipped)."""
     from vllm import SamplingParams
 
     return SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
-                          max_tokens=sampling.max_tokens, seed=None)
+                          max_tokens=sampling.max_tokens, detokenize=detokenize)
 
 
 class VLLMBackend:
@@ -64,8 +67,10 @@ class VLLMBackend:
         prompts = [{"prompt_token_ids": ids} for _, ids in fits]
         params = [sampling_params(sampling, len(req.samples)) for req, _ in fits]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=True)
+        token_ids = [list(o.token_ids) for out in outputs for o in out.outputs]
+        texts = iter(self.tokenizer.batch_decode(token_ids, skip_special_tokens=True))
         for (req, _), out in zip(fits, outputs):
-            on_result(req, [Completion(o.text, len(o.token_ids), o.finish_reason) for o in out.outputs])
+            on_result(req, [Completion(next(texts), len(o.token_ids), o.finish_reason) for o in out.outputs])
 
     def close(self) -> None:
         self.llm = None
