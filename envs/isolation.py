@@ -1,10 +1,11 @@
-"""Scoring in a child process, so that a scorer that hangs costs one response's score and nothing else.
+"""Scoring in child processes, so that a scorer that hangs costs one response's score and nothing else.
 
-Requests from any thread (or from asyncio via `score_async`) queue up; one dispatcher thread sends everything pending
-as one batch to the child, which scores item by item under a SIGALRM timer (stops Python-level hangs and keeps the
-process) and streams results back in chunks. If the child falls silent for longer than the timeout (a hang in C code),
-it is killed; results already received are kept, and the unanswered items are replayed one at a time in a fresh child,
-so exactly the hanging item scores 0 with the reason "scorer hung ...".
+Requests from any thread (or from asyncio via `score_async`) queue up; a dispatcher thread takes everything pending,
+splits it over the child processes (they score in parallel) and sends each its share as one frame, with the reward
+options once per frame. A child scores item by item under a SIGALRM timer (stops Python-level hangs and keeps the
+process) and sends compact result tuples back in chunks. If a child falls silent for longer than the timeout (a hang in
+C code), it is killed; results already received are kept, and its unanswered items are replayed one per request in a
+fresh child, so exactly the hanging item scores 0 with the reason "scorer hung ...".
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any, Iterator
 
-from envs.reward import RewardOptions, score_response
+from envs.reward import RESULT_FIELDS, RewardOptions, score_response
 from envs.worker_process import WorkerProcess
 
-_CHUNK_SECONDS = 0.05  # the child sends what it has scored at least this often
-_GRACE_SECONDS = 2.0  # extra silence allowed beyond the per-item timeout before the child is killed
+_CHUNK_SECONDS = 0.05  # a child sends what it has scored at least this often
+_GRACE_SECONDS = 2.0  # extra silence allowed beyond the per-item timeout before a child is killed
+
+# One request as it crosses the pipe: (response, entry, task, config, response_length).
+Request = tuple[Any, dict, "str | None", "dict | str | None", "int | None"]
 
 
 class _ScoreTimeout(BaseException):
@@ -33,27 +37,27 @@ def _on_alarm(signum, frame):
     raise _ScoreTimeout()
 
 
-def _failed(request: dict[str, Any], reason: str) -> dict[str, Any]:
-    result = score_response("", request["entry"], request.get("task"), RewardOptions(**request["options"]))
+def _failed(request: Request, reason: str) -> dict[str, Any]:
+    result = score_response("", request[1], request[2])
     result["reason"] = reason
     return result
 
 
-def _score_batch(requests: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """Child side: scores each request under a timer; yields lists of results at least every _CHUNK_SECONDS."""
+def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:
+    """Child side: scores each request under a timer; yields lists of result tuples at least every _CHUNK_SECONDS."""
+    options_dict, requests = frame
+    options = RewardOptions(**options_dict)
     signal.signal(signal.SIGALRM, _on_alarm)
     chunk, last_sent = [], time.monotonic()
     for request in requests:
-        options = RewardOptions(**request["options"])
         signal.setitimer(signal.ITIMER_REAL, options.timeout_s)
         try:
-            result = score_response(request["response"], request["entry"], request.get("task"), options,
-                                    request.get("config"), request.get("response_length"))
+            result = score_response(request[0], request[1], request[2], options, request[3], request[4])
         except _ScoreTimeout:
             result = _failed(request, f"scorer timed out after {options.timeout_s} s")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        chunk.append(result)
+        chunk.append(tuple(result[field] for field in RESULT_FIELDS))
         if time.monotonic() - last_sent >= _CHUNK_SECONDS:
             yield chunk
             chunk, last_sent = [], time.monotonic()
@@ -62,27 +66,25 @@ def _score_batch(requests: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]
 
 
 class IsolatedScorer:
-    """A child scoring process and the dispatcher thread that feeds it batches."""
+    """Child scoring processes and the dispatcher thread that feeds them batches."""
 
-    def __init__(self):
-        self._pending: list[tuple[dict[str, Any], Future]] = []
+    def __init__(self, processes: int = 2):
+        self._pending: list[tuple[Request, RewardOptions, Future]] = []
         self._lock = threading.Condition()
-        self._child: WorkerProcess | None = None
+        self._children: list[WorkerProcess | None] = [None] * processes
         self._closed = False
         self._thread = threading.Thread(target=self._dispatch_forever, name="isolated-scorer", daemon=True)
         self._thread.start()
 
     def submit(self, response: Any, entry: dict[str, Any], task: str | None = None,
-               options: RewardOptions = RewardOptions(), config: dict[str, Any] | None = None,
+               options: RewardOptions = RewardOptions(), config: dict[str, Any] | str | None = None,
                response_length: int | None = None) -> Future:
         """Queues one response; the Future resolves to score_response's dict."""
-        request = {"response": response, "entry": entry, "task": task, "options": asdict(options),
-                   "config": config, "response_length": response_length}
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("IsolatedScorer is closed")
-            self._pending.append((request, future))
+            self._pending.append(((response, entry, task, config, response_length), options, future))
             self._lock.notify()
         return future
 
@@ -98,51 +100,68 @@ class IsolatedScorer:
                 if self._closed:
                     return
                 batch, self._pending = self._pending, []
-            try:
-                results = self._run(batch)
-            except BaseException as exc:  # never leave a caller waiting
-                results = [_failed(request, f"isolation failed: {exc!r}") for request, _ in batch]
-            for (_, future), result in zip(batch, results):
-                future.set_result(result)
+            groups: dict[RewardOptions, list[tuple[Request, Future]]] = {}
+            for request, options, future in batch:
+                groups.setdefault(options, []).append((request, future))
+            for options, members in groups.items():
+                requests = [request for request, _ in members]
+                try:
+                    results = self._run(options, requests)
+                except BaseException as exc:  # never leave a caller waiting
+                    results = [_failed(request, f"isolation failed: {exc!r}") for request in requests]
+                for (_, future), result in zip(members, results):
+                    future.set_result(result)
 
-    def _run(self, batch: list[tuple[dict[str, Any], Future]]) -> list[dict[str, Any]]:
-        requests = [request for request, _ in batch]
-        results = self._run_in_child(requests)
-        # The child hung in C code and was killed. Items it finished but had not sent yet are unknown, so the rest are
-        # replayed one per request: cheap (a pipe round trip each), and only a hanging item costs another kill.
-        for request in requests[len(results):]:
-            results.extend(self._run_in_child([request]) or [_failed(
-                request, f"scorer hung and was killed after {request['options']['timeout_s']} s")])
+    def _child(self, index: int) -> WorkerProcess:
+        child = self._children[index]
+        if child is None or not child.alive():
+            child = WorkerProcess("envs.isolation:_score_frame", env={"PYTHONHASHSEED": "0"})
+            child.wait_ready()
+            self._children[index] = child
+        return child
+
+    def _run(self, options: RewardOptions, requests: list[Request]) -> list[dict[str, Any]]:
+        share = -(-len(requests) // len(self._children))
+        slices = [requests[i:i + share] for i in range(0, len(requests), share)]
+        frame_options = asdict(options)
+        for index, part in enumerate(slices):  # all children work at once
+            self._child(index).send((frame_options, part))
+        results: list[dict[str, Any]] = []
+        for index, part in enumerate(slices):
+            answered = self._collect(index, part, options)
+            # A child hung in C code and was killed. Items it finished but had not sent yet are unknown, so the rest
+            # are replayed one per request: cheap (a pipe round trip each); only a hanging item costs another kill.
+            for request in part[len(answered):]:
+                self._child(index).send((frame_options, [request]))
+                answered += self._collect(index, [request], options) or [_failed(
+                    request, f"scorer hung and was killed after {options.timeout_s} s")]
+            results += answered
         return results
 
-    def _run_in_child(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if self._child is None or not self._child.alive():
-            self._child = WorkerProcess("envs.isolation:_score_batch", env={"PYTHONHASHSEED": "0"})
-            self._child.wait_ready()
-        silence = max(r["options"]["timeout_s"] for r in requests) + _GRACE_SECONDS
-        self._child.send(requests)
-        results: list[dict[str, Any]] = []
+    def _collect(self, index: int, part: list[Request], options: RewardOptions) -> list[dict[str, Any]]:
+        child, results = self._children[index], []
         while True:
             try:
-                kind, value = self._child.receive(timeout=silence)
+                kind, value = child.receive(timeout=options.timeout_s + _GRACE_SECONDS)
             except (TimeoutError, EOFError):
-                self._child.kill()
-                self._child = None
+                child.kill()
+                self._children[index] = None
                 return results
             if kind == "item":
-                results.extend(value)
+                results += [dict(zip(RESULT_FIELDS, row)) for row in value]
             elif kind == "end":
                 return results
             else:  # the child raised outside a scorer: score the rest 0 with its traceback
-                return results + [_failed(r, f"scoring process error: {value[-300:]}") for r in requests[len(results):]]
+                return results + [_failed(r, f"scoring process error: {value[-300:]}") for r in part[len(results):]]
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._lock.notify()
         self._thread.join(timeout=5)
-        if self._child is not None:
-            self._child.close()
+        for child in self._children:
+            if child is not None:
+                child.close()
 
 
 _shared: IsolatedScorer | None = None

@@ -64,10 +64,15 @@ def _scorer(task: str, config_text: str):
     return dataset.score_answer
 
 
-def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | None = None) -> tuple[float, str]:
-    """Returns (score in [0, 1], reason): Reasoning Gym's score of `answer`; exceptions give (0, their text)."""
+def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | str | None = None
+             ) -> tuple[float, str]:
+    """Returns (score in [0, 1], reason): Reasoning Gym's score of `answer`; exceptions give (0, their text).
+
+    `config` is the task config the entry was generated with, as a dict or as envs.generation.config_key text.
+    """
+    config_text = config if isinstance(config, str) else config_key(config or {})
     try:
-        value = float(_scorer(task, config_key(config or {}))(answer, entry))
+        value = float(_scorer(task, config_text)(answer, entry))
     except Exception as exc:  # scorers raise ValueError/TypeError/KeyError on malformed answers
         return 0.0, f"scorer raised {type(exc).__name__}: {str(exc)[:200]}"
     if not 0.0 <= value <= 1.0:  # also catches NaN
@@ -82,12 +87,16 @@ def _overlong(response_length: int | None, options: RewardOptions) -> float:
     return options.overlong_penalty * min(max(response_length - start, 0) / options.overlong_buffer, 1.0)
 
 
+RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "response_length", "overlong_penalty",
+                 "task", "pred", "reason")
+
+
 def score_response(
     response: Any,
     entry: dict[str, Any],
     task: str | None = None,
     options: RewardOptions = RewardOptions(),
-    config: dict[str, Any] | None = None,
+    config: dict[str, Any] | str | None = None,
     response_length: int | None = None,
 ) -> dict[str, Any]:
     """Scores one response in this process. Never raises on bad responses.

@@ -118,7 +118,8 @@ class TaskStream(IterableDataset):
                 self.stats[f"filtered_long_prompt/{key}"] += 1
                 return None
         level = self.curriculum.levels().get(key)
-        extra_info = {"entry": entry, "task": key, "task_name": spec.task, "config": config, "level": level,
+        extra_info = {"entry": entry, "task": key, "task_name": spec.task, "config": config,
+                      "config_text": config_key(config), "level": level,
                       "split": self.split, "seed": self.seed, "position": position, "index": position}
         return {
             "raw_prompt": messages,

@@ -42,7 +42,7 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
     if options.overlong_buffer and options.tokenizer_path and isinstance(solution_str, str):
         length = len(_tokenizer(options.tokenizer_path).encode(solution_str, add_special_tokens=False))
     request = {"response": solution_str, "entry": extra_info["entry"], "task": extra_info.get("task_name"),
-               "options": options, "config": extra_info.get("config"), "response_length": length}
+               "options": options, "config": extra_info.get("config_text", extra_info.get("config")), "response_length": length}
     result = await score_async(**request) if options.isolate else score_response(**request)
     result["task"] = extra_info.get("task", result["task"])  # the mix key, so metrics follow the mix's names
     return result

@@ -40,7 +40,7 @@ def test_a_hanging_scorer_costs_one_score_and_nothing_else(scorer, task, poison)
     elapsed = time.monotonic() - start
     assert [r["score"] for r in results] == [1.0] * 7 + [0.0] + [1.0] * 12
     assert "timed out" in results[7]["reason"] or "hung" in results[7]["reason"]
-    assert elapsed < 10
+    assert elapsed < 60  # two kills and restarts at most, not the 3600 s the scorer would take
     # and the scorer still works afterwards
     assert scorer.score_many(requests[:2])[1]["score"] == 1.0
 
