@@ -79,7 +79,8 @@ def bench_mix(name: str, steps: int, gpu_step_seconds: float, scorer: IsolatedSc
     mix = load_mix(REPO / "configs" / "mix" / f"{name}.yaml")
     stream, reference = TaskStream(mix, seed=1), ReferenceStyleDataset(mix, seed=1)
     iterator = iter(stream)
-    next(iterator)  # start producers, build datasets
+    warm = next(iterator)  # start producers, build datasets, start the scorer's child processes
+    scorer.score_many([{"response": "<answer>x</answer>", "entry": warm["extra_info"]["entry"]}])
     reference[0]
 
     ours_steps, ref_steps, ours_reward, bare_reward, ref_reward = [], [], [], [], []
@@ -148,6 +149,54 @@ def bare_scorer(task: str, config_text: str):
     return _BARE[task, config_text]
 
 
+def bench_verl_reward_managers(mix_name: str, repeats: int = 5) -> tuple[float, float]:
+    """Responses/s of one 256-response batch through verl's naive reward manager: ours (isolated) vs bare."""
+    import asyncio
+
+    import numpy as np
+    import torch
+    from hydra import compose, initialize_config_module
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from utils.offline_models import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    stream = TaskStream(REPO / "configs" / "mix" / f"{mix_name}.yaml", seed=3)
+    items = stream.take(PROMPTS)
+    stream.close()
+    responses = responses_for([item["extra_info"]["entry"] for item in items])
+    batch = []
+    for k, response in enumerate(responses):
+        ids = tokenizer(response, add_special_tokens=False, return_tensors="pt").input_ids
+        info = items[k // SAMPLES]["extra_info"]
+        batch.append(DataProto.from_single_dict({
+            "prompts": torch.ones((1, 4), dtype=torch.long), "responses": ids,
+            "attention_mask": torch.ones((1, 4 + ids.shape[1]), dtype=torch.long),
+            "data_source": np.array([items[k // SAMPLES]["data_source"]], dtype=object),
+            "reward_model": np.array([items[k // SAMPLES]["reward_model"]], dtype=object),
+            "extra_info": np.array([info], dtype=object)}))
+    rates = []
+    for path in (REPO / "envs" / "verl_reward.py", REPO / "bench" / "bare_reward.py"):
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            config = compose(config_name="ppo_trainer", overrides=[
+                f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=compute_score"])
+        manager = load_reward_manager(config, tokenizer)
+
+        async def run_batch():
+            return await asyncio.gather(*[manager.run_single(item) for item in batch])
+
+        manager.loop.run_until_complete(run_batch())  # warm up (child processes, scorer caches)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            manager.loop.run_until_complete(run_batch())
+            times.append(time.perf_counter() - start)
+        rates.append(len(batch) / statistics.median(times))
+    return rates[0], rates[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mixes", nargs="+", default=["algorithmic", "algebra", "games", "logic"])
@@ -160,6 +209,7 @@ def main() -> None:
         print(f"benchmarking {name} ...", flush=True)
         rows.append(bench_mix(name, args.steps, args.gpu_step_seconds, scorer))
     scorer.close()
+    ours_verl, bare_verl = bench_verl_reward_managers("algorithmic")
     print("\n| mix | stream prompts/s (ours) | (reference) | reward responses/s (ours, isolated) | (bare score_answer) "
           "| (reference) | isolation overhead | step data+reward s (ours) | (reference) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -167,6 +217,11 @@ def main() -> None:
         overhead = r.bare_reward_s / r.ours_reward_s - 1
         print(f"| {r.mix} | {r.ours_prompts_s:,.0f} | {r.ref_prompts_s:,.0f} | {r.ours_reward_s:,.0f} | "
               f"{r.bare_reward_s:,.0f} | {r.ref_reward_s:,.0f} | {overhead:+.0%} | {r.ours_step_s:.3f} | {r.ref_step_s:.2f} |")
+
+    print("\nThrough verl's naive reward manager (run_single x 256, algorithmic mix, tiny tokenizer decode included):")
+    print("| reward function | responses/s | overhead vs bare |\n|---|---:|---:|")
+    print(f"| bare score_answer (sync, unguarded) | {bare_verl:,.0f} | - |")
+    print(f"| ours (async, isolated in child processes) | {ours_verl:,.0f} | {bare_verl / ours_verl - 1:+.0%} |")
 
 
 if __name__ == "__main__":
