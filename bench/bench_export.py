@@ -59,13 +59,14 @@ def run_child(cmd: list[str], env: dict, scratch: Path) -> dict:
     """
     os.sync()
     report = scratch / "time.txt"
-    proc = subprocess.run(["/usr/bin/time", "-o", str(report), "-f", "%e %M", *cmd], env=env,
+    proc = subprocess.run(["/usr/bin/time", "-o", str(report), "-f", "%e %M %U %S %F", *cmd], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.decode()[-3000:]}")
-    wall, rss_kib = report.read_text().split()[-2:]
+    wall, rss_kib, user, system, major_faults = report.read_text().split()[-5:]
     report.unlink()
-    return {"wall_s": float(wall), "peak_rss_mib": round(int(rss_kib) / 1024, 1)}
+    return {"wall_s": float(wall), "peak_rss_mib": round(int(rss_kib) / 1024, 1),
+            "cpu_s": round(float(user) + float(system), 2), "major_faults": int(major_faults)}
 
 
 def disk_floor(actor: Path, out_bytes: int, scratch: Path) -> dict:
@@ -157,12 +158,12 @@ def main() -> None:
 
 
 def runs_text(runs: list[dict]) -> str:
-    return ", ".join(f"{x['wall_s']:g} / {x['peak_rss_mib']:g}" for x in runs)
+    return ", ".join(f"{x['wall_s']:g} / {x['cpu_s']:g} / {x['peak_rss_mib']:g}" for x in runs)
 
 
 def write_markdown(r: dict, args: argparse.Namespace) -> None:
     """Replace (or add) this benchmark's section of BENCHMARKS.md, leaving the other sections alone."""
-    o, v, d = r["ours"], r["verl"], r["disk"]
+    o, v, d, b = r["ours"], r["verl"], r["disk"], r["python_torch_baseline"]
     lines = [
         SECTION, "",
         f"Two-rank FSDP2 checkpoint written by verl's FSDPCheckpointManager (torchrun, gloo, CPU) of a random "
@@ -171,19 +172,21 @@ def write_markdown(r: dict, args: argparse.Namespace) -> None:
         f"Both tools ran as child processes in the same run on {r['cpus']} CPU cores; peak RSS is the maximum "
         f"resident set size reported by `/usr/bin/time`; `sync` runs before each tool so neither pays for the "
         f"other's dirty pages. Neither tool calls fsync.", "",
-        "| tool | wall time (s) | peak RSS (MiB) |", "|---|---|---|",
-        f"| `utils/load_fsdp_to_hf.py --dtype bf16` | {o['wall_s']} | {o['peak_rss_mib']} |",
-        f"| `python -m verl.model_merger merge --backend fsdp` | {v['wall_s']} | {v['peak_rss_mib']} |",
+        "| tool | wall time (s) | CPU user+sys (s) | peak RSS (MiB) | major page faults |", "|---|---|---|---|---|",
+        f"| `utils/load_fsdp_to_hf.py --dtype bf16` | {o['wall_s']} | {o['cpu_s']} | {o['peak_rss_mib']} | "
+        f"{o['major_faults']} |",
+        f"| `python -m verl.model_merger merge --backend fsdp` | {v['wall_s']} | {v['cpu_s']} | "
+        f"{v['peak_rss_mib']} | {v['major_faults']} |",
         f"| disk floor: read the shards once + write the output once | {d['floor_s']} "
-        f"(read {d['read_s']}, write {d['write_s']}) | - |",
-        f"| `python -c 'import torch, safetensors, tqdm'` (interpreter baseline) | "
-        f"{r['python_torch_baseline']['wall_s']} | {r['python_torch_baseline']['peak_rss_mib']} |", "",
+        f"(read {d['read_s']}, write {d['write_s']}) | - | - | - |",
+        f"| `python -c 'import torch, safetensors, tqdm'` (interpreter baseline) | {b['wall_s']} | {b['cpu_s']} | "
+        f"{b['peak_rss_mib']} | - |", "",
         f"Ratios of medians (ours / verl): peak RSS {r['rss_ratio']}, wall time {r['time_ratio']}. "
         f"Outputs bit-identical: {r['identical']}. Medians of {args.repeats} alternating run(s) each; all runs "
-        f"(wall s / MiB): ours {runs_text(r['all_runs']['ours'])}; verl {runs_text(r['all_runs']['verl'])}. "
+        f"(wall s / CPU s / MiB): ours {runs_text(r['all_runs']['ours'])}; verl {runs_text(r['all_runs']['verl'])}. "
         f"The machine is shared (1-min load average {r['load_average'][0]} before, {r['load_average'][1]} after), "
-        f"so wall times are noisy. The 2 GB of shards fit in the page cache (24 GiB RAM), so the read floor is "
-        f"close to memory speed and both tools mostly pay for conversion and writing.", "",
+        f"so wall times are noisy; CPU time is the steadier measure. The 2 GB of shards fit in the page cache "
+        f"(24 GiB RAM), so the read floor is close to memory speed.", "",
         "Command:", "", "```", "python bench/bench_export.py --write-md" +
         (f" --repeats {args.repeats}" if args.repeats != 3 else ""), "```", "",
     ]
