@@ -69,7 +69,8 @@ _CORPUS = [
     "<think> reasoning process here </think> <answer> answer here </answer>",
     "State the final answer inside <answer></answer> tags, for example <answer>42</answer>.",
     "What is 12 + 7 - 3? Let me think step by step: 12 + 7 = 19, and 19 - 3 = 16. <answer>16</answer>",
-    "Sort these numbers in ascending order: 9, -2.5, 31, 0.75, 100. <answer>['-2.5', '0.75', '9', '31', '100']</answer>",
+    "Sort these numbers in ascending order: 9, -2.5, 31, 0.75, 100. "
+    "<answer>['-2.5', '0.75', '9', '31', '100']</answer>",
     "Spell this word backward (example: sun -> nus): reasoning <answer>gninosaer</answer>",
     "Solve for x: 3*x + 5 = 20, so x = 5. Then (x^2)/5 = 5 and x % 2 == 1; 2**10 = 1024.",
     "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG!",
