@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sampling {cfg.sampling} | system prompt {cfg.system_prompt!r} | pass@k {cfg.pass_k}")
 
     # --- evaluate (resumes from out_dir/generations.jsonl)
+    from evaluation.backends.openai import RequestFailed
     from evaluation.report import RESULTS_MD
     from evaluation.runner import run_evaluation
 
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except RequestFailed as err:
+        print(f"error: {err}\nfinished generations are saved in {out_dir}; rerun the same command to resume",
+              file=sys.stderr)
+        return 1
     with open(os.path.join(out_dir, RESULTS_MD)) as fh:
         print(fh.read())
     print(f"wrote {out_dir}/results.json, results.md, results.png, generations.jsonl")
