@@ -41,12 +41,12 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     """argv -> Args; key=value words are overrides."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config")
-    p.add_argument("--model")
-    p.add_argument("--backend")
-    p.add_argument("--output")
-    p.add_argument("--compare", nargs=2, metavar=("BASE", "TRAINED"))
-    p.add_argument("--labels", nargs=2, default=["base", "trained"])
+    p.add_argument("--config", help="YAML suite, e.g. configs/eval/smoke.yaml")
+    p.add_argument("--model", help="model folder / hub name, or http(s)://HOST:PORT/v1 of an OpenAI-compatible server")
+    p.add_argument("--backend", help="vllm | hf | openai | package.module:builder (default: the YAML's)")
+    p.add_argument("--output", help="output folder; rerunning into the same folder resumes")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "TRAINED"), help="compare two results (folders or json)")
+    p.add_argument("--labels", nargs=2, default=["base", "trained"], help="names of the compared runs")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the YAML (omegaconf dot paths)")
     ns = p.parse_args(argv)
     if not ns.config and not ns.compare:
