@@ -78,6 +78,7 @@ class Row:
 def bench_mix(name: str, steps: int, gpu_step_seconds: float, scorer: IsolatedScorer) -> Row:
     mix = load_mix(REPO / "configs" / "mix" / f"{name}.yaml")
     stream, reference = TaskStream(mix, seed=1), ReferenceStyleDataset(mix, seed=1)
+    stream.start()
     iterator = iter(stream)
     warm = next(iterator)  # start producers, build datasets, start the scorer's child processes
     scorer.score_many([{"response": "<answer>x</answer>", "entry": warm["extra_info"]["entry"]}])
@@ -123,6 +124,7 @@ def bench_mix(name: str, steps: int, gpu_step_seconds: float, scorer: IsolatedSc
     stream.close()
     # Sustained generation rate, no simulated GPU time: what the stream gives when read back to back.
     sustained = TaskStream(mix, seed=2)
+    sustained.start()
     start, count = time.perf_counter(), 0
     for _ in sustained:
         count += 1

@@ -31,6 +31,7 @@ class _Worker:
         self.process = WorkerProcess("envs.producer:_generate", env={"PYTHONHASHSEED": "0"})
         self.in_flight: deque[Hashable] = deque()
         self.outbox: queue.Queue = queue.Queue()
+        self.ready = threading.Event()
         threading.Thread(target=self._send_forever, daemon=True, name="producer-send").start()
         threading.Thread(target=self._read_forever, daemon=True, name="producer-read").start()
 
@@ -42,6 +43,13 @@ class _Worker:
                 return
 
     def _read_forever(self) -> None:
+        try:
+            self.process.wait_ready()
+        except (EOFError, OSError, TimeoutError, RuntimeError):
+            self.owner._fail_all(self, "producer process failed to start")
+            return
+        finally:
+            self.ready.set()
         while True:
             try:
                 kind, value = self.process.receive()
@@ -61,6 +69,11 @@ class Producer:
         self._results: dict[Hashable, Any] = {}
         self._requested: set[Hashable] = set()
         self._workers = [_Worker(self) for _ in range(processes)]
+
+    def wait_ready(self) -> None:
+        """Blocks until every child process has imported its modules (seconds; do it while other things load)."""
+        for worker in self._workers:
+            worker.ready.wait()
 
     def prefetch(self, key: Hashable, args: tuple) -> None:
         """Asks for generate_entry(*args) under `key` unless it was already asked for."""
@@ -110,7 +123,7 @@ class Producer:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Stops the feeding threads and the child processes."""
+        """Stops the feeding threads and kills the child processes (they hold nothing worth waiting for)."""
         for worker in self._workers:
             worker.outbox.put(None)
-            worker.process.close()
+            worker.process.kill()

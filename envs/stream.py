@@ -157,12 +157,13 @@ class TaskStream(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         shard, shards = self._shard()
-        filtered_in_a_row = 0
+        filtered_in_a_row, prefetched_to = 0, 0
         while True:
             position = shard + self._consumed * shards
-            if self._routed:
-                ahead = range(position, position + self.lookahead * shards, shards)
-                self._prefetch(ahead)
+            if self._routed:  # keep `lookahead` positions asked for; a curriculum change re-asks at `get`
+                horizon = position + self.lookahead * shards
+                self._prefetch(range(max(position, prefetched_to), horizon, shards))
+                prefetched_to = horizon
                 self._producer.discard(lambda k: k[0] >= position)
             item = self.item_at(position)
             self._consumed += 1
@@ -174,6 +175,11 @@ class TaskStream(IterableDataset):
                     f"{filtered_in_a_row} prompts in a row exceed max_prompt_length={self.max_prompt_length} "
                     f"(filtered so far: {dict(self.stats)}): raise data.max_prompt_length or make the mix's tasks smaller"
                 )
+
+    def start(self) -> None:
+        """Starts the producer processes now and waits until they are ready, instead of at the first slow item."""
+        if self._routed:
+            self._ensure_producer().wait_ready()
 
     def take(self, n: int) -> list[dict[str, Any]]:
         """Returns the next `n` items (advancing the stream)."""
