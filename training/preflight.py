@@ -3,7 +3,7 @@
 It draws prompts from the real task stream through verl's collate function, renders them with the model's chat
 template, samples a group of responses per prompt with `generate`, scores them with the reward function exactly as
 verl loads it (reward.custom_reward_function + reward_kwargs), and prints a per-task table and a few completions.
-Reads env.preflight.{prompts,samples,max_new_tokens,show}, actor_rollout_ref.rollout.{n,temperature,top_p},
+Reads env.preflight.{prompts,samples,max_new_tokens,show,threads}, actor_rollout_ref.rollout.{n,temperature,top_p},
 data.max_response_length. Returns 0 when every stage worked.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,15 @@ class Completion:
     response: str
     tokens: int
     reward: dict
+
+
+def cpu_threads(requested: int) -> int:
+    """Returns the torch threads for generation: `requested` if > 0; else 1 on a machine already busier than its
+    cores (competing OpenMP threads made generation ~7x slower than one thread there), else torch's default."""
+    if requested > 0:
+        return requested
+    cores = os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
 
 
 def draw_prompts(cfg: DictConfig, tokenizer, count: int) -> list[dict]:
@@ -135,6 +145,7 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
         task = item["extra_info"]["task"]
         prompt_lengths[task] = max(prompt_lengths.get(task, 0), len(tokenizer(text, add_special_tokens=False).input_ids))
     model = AutoModelForCausalLM.from_pretrained(cfg.actor_rollout_ref.model.path, dtype=torch.float32)
+    torch.set_num_threads(cpu_threads(int(opts.get("threads", 0))))
     torch.manual_seed(int(cfg.env.seed))
     generated = sample_group(model, tokenizer, prompts, samples, max_new, cfg)
     expanded = [item for item in items for _ in range(samples)]
@@ -160,11 +171,14 @@ def show_completions(completions: list[Completion], count: int) -> None:
 
 
 def finish(records: list[SampleRecord], seconds: float) -> int:
-    """Returns 0 if every response got a finite score, else 1; prints the verdict."""
+    """Returns 0 if every response got a finite score, else 1; prints the verdict and signal warnings."""
     bad = [r for r in records if not math.isfinite(r.score)]
     if bad or not records:
         print(f"\n[preflight] FAILED: {len(bad)} non-finite scores of {len(records)} responses")
         return 1
+    if not any(r.answer_found for r in records):
+        print("\n[preflight] WARNING: no response had an <answer>...</answer> block, so every group scores alike and "
+              "GRPO gets no signal. Try a stronger model, env.system_prompt (e.g. 'simple'), or more new tokens.")
     print(f"\n[preflight] all checks passed in {seconds:.0f} s: config, stream, chat template, generation, reward. "
           "On a machine with a CUDA GPU the same command trains.")
     return 0

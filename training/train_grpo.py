@@ -12,11 +12,17 @@ tokenizer) and validated by verl. Without a CUDA GPU, or with preflight=true, th
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+# `python training/train_grpo.py` puts training/ first on sys.path, where our module names (config, data, metrics)
+# would shadow real packages; the repository root is what belongs there.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from training.checks import (
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from training.checks import (  # noqa: E402
     ConfigProblem,
     batch_plan,
     check_config,
@@ -24,7 +30,7 @@ from training.checks import (
     sample_prompt_lengths,
     raise_if_problems,
 )
-from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count
+from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
