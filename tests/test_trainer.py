@@ -39,6 +39,10 @@ def test_contract_init_dataloader_sets_what_verl_sets():
     assert assigned_attributes(PPOTrainer._init_dataloader) == expected
     assert assigned_attributes(ReasoningGymTrainer._init_dataloader) == expected
     assert "self._init_dataloader()" in source(PPOTrainer._setup)
+    # verl fetches one prompt at a time in these cases (training.trainer.needs_exact_refill mirrors it)
+    assert ('requires_exact_refill = self.trainer_mode != "sync" or dapo_enabled or sync_refill_failed_groups'
+            in source(PPOTrainer._init_dataloader))
+    assert "refill_fn=self._add_prompts_to_generate" in source(PPOTrainer._build_replay_buffer)
 
 
 def test_contract_dataloader_users_in_verl():
