@@ -43,7 +43,9 @@ class VLLMBackend:
         log.info("starting vLLM engine: %s", kwargs)
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
-        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        engine = self.llm.llm_engine
+        model_config = getattr(engine, "model_config", None) or engine.vllm_config.model_config
+        self.max_model_len = model_config.max_model_len
 
     def prompt_ids(self, messages: list) -> list[int]:
         """The chat template applied as in training / the HF backend, then tokenized without extra specials."""
