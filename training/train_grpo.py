@@ -66,6 +66,12 @@ def prepare(cfg: DictConfig, preflight: bool):
     lengths = sample_prompt_lengths(cfg, tokenizer, int(cfg.env.preflight.length_check_items))
     raise_if_problems(prompt_length_problems(lengths, int(cfg.data.max_prompt_length), str(cfg.env.on_long_prompt)),
                       "prompt length check")
+    limit = int(cfg.data.max_prompt_length)
+    for task, values in sorted(lengths.items()):
+        over = sum(v > limit for v in values)
+        if over:
+            print(f"[check] note: {over} of {len(values)} sampled {task} prompts exceed data.max_prompt_length={limit} "
+                  f"and will be skipped (env.on_long_prompt=filter); longest {max(values)} tokens")
     print(f"[check] batch: {batch_plan(cfg).describe()}")
     print(f"[check] longest sampled prompt per task (tokens): "
           f"{ {task: max(v) for task, v in sorted(lengths.items())} } <= data.max_prompt_length="
