@@ -45,37 +45,44 @@ def load_tokenizer(cfg: DictConfig):
                             "  set it to a local model folder, or a hub id with network access") from err
 
 
-def prepare(cfg: DictConfig, preflight: bool):
-    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer."""
-    visible = visible_gpu_count()
-    resolve_config(cfg)
-    problems = check_config(cfg, 0 if preflight else visible)
+def config_problems(cfg: DictConfig, visible_gpus: int) -> list[str]:
+    """Returns every problem of a resolved config: ours, verl's validate_config, and the reward options."""
+    from envs.reward import RewardOptions
+
+    problems = check_config(cfg, visible_gpus)
     try:
         validate_with_verl(cfg)
     except (AssertionError, ValueError) as err:
         problems.append(f"verl's validate_config: {err}")
-    reward_kwargs = dict(cfg.env.reward or {})
     try:
-        from envs.reward import RewardOptions
-
-        RewardOptions.from_kwargs(reward_kwargs)
+        RewardOptions.from_kwargs(dict(cfg.env.reward or {}))
     except (TypeError, ValueError) as err:
         problems.append(f"env.reward: {err}")
-    raise_if_problems(problems, "config check")
-    tokenizer = load_tokenizer(cfg)
-    lengths = sample_prompt_lengths(cfg, tokenizer, int(cfg.env.preflight.length_check_items))
-    raise_if_problems(prompt_length_problems(lengths, int(cfg.data.max_prompt_length), str(cfg.env.on_long_prompt)),
-                      "prompt length check")
+    return problems
+
+
+def check_prompts(cfg: DictConfig, tokenizer) -> None:
+    """Renders a sample of the stream with the model's tokenizer; raises if a task cannot fit, notes filtering."""
     limit = int(cfg.data.max_prompt_length)
+    lengths = sample_prompt_lengths(cfg, tokenizer, int(cfg.env.preflight.length_check_items))
+    raise_if_problems(prompt_length_problems(lengths, limit, str(cfg.env.on_long_prompt)), "prompt length check")
     for task, values in sorted(lengths.items()):
         over = sum(v > limit for v in values)
         if over:
             print(f"[check] note: {over} of {len(values)} sampled {task} prompts exceed data.max_prompt_length={limit} "
                   f"and will be skipped (env.on_long_prompt=filter); longest {max(values)} tokens")
-    print(f"[check] batch: {batch_plan(cfg).describe()}")
     print(f"[check] longest sampled prompt per task (tokens): "
-          f"{ {task: max(v) for task, v in sorted(lengths.items())} } <= data.max_prompt_length="
-          f"{cfg.data.max_prompt_length}")
+          f"{ {task: max(v) for task, v in sorted(lengths.items())} }; data.max_prompt_length={limit}")
+
+
+def prepare(cfg: DictConfig, preflight: bool):
+    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer."""
+    visible = visible_gpu_count()
+    resolve_config(cfg)
+    raise_if_problems(config_problems(cfg, 0 if preflight else visible), "config check")
+    tokenizer = load_tokenizer(cfg)
+    check_prompts(cfg, tokenizer)
+    print(f"[check] batch: {batch_plan(cfg).describe()}")
     return tokenizer
 
 
