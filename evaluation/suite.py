@@ -7,12 +7,15 @@ the same chat messages as training, and carry their Reasoning Gym entry to the s
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import random
 from dataclasses import dataclass
 
 from evaluation.config import CompositeConfig, EvalConfig, TaskConfig
 
 SPLIT = "evaluation"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,7 +94,13 @@ def composite_items(comp: CompositeConfig, system_prompt: str) -> list[SuiteItem
 def build_suite(cfg: EvalConfig) -> list[SuiteItem]:
     """All items of the suite in a fixed order (categories first, then composites)."""
     from envs.prompts import resolve_system_prompt
+    from envs.tasks import HASH_SENSITIVE_TASKS
 
+    used = {t.task for c in cfg.categories for t in c.tasks} | {m.task for c in cfg.composites for m in c.tasks}
+    if used & HASH_SENSITIVE_TASKS and os.environ.get("PYTHONHASHSEED") != "0":
+        log.warning("tasks %s generate different questions under each PYTHONHASHSEED; run with PYTHONHASHSEED=0 "
+                    "(evaluate_model.py does) so that runs to compare see the same items",
+                    sorted(used & HASH_SENSITIVE_TASKS))
     system_prompt = resolve_system_prompt(cfg.system_prompt)
     items: list[SuiteItem] = []
     for category in cfg.categories:

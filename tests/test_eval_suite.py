@@ -1,10 +1,12 @@
 """Suite items: deterministic, rendered like training, and never a training question."""
 
+from pathlib import Path
+
 import pytest
 
 from envs.generation import generate_entry
 from envs.prompts import build_messages, resolve_system_prompt
-from evaluation.config import config_from_dict
+from evaluation.config import config_from_dict, load_config
 from evaluation.suite import build_suite, composite_members
 
 SMALL_SPACE = {"chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
@@ -49,3 +51,17 @@ def test_evaluation_questions_never_appear_in_training_samples(task):
     train = {generate_entry(task, config, "train", seed, pos)["question"] for seed in (0, 1, 42) for pos in range(700)}
     assert evaluation and train
     assert not evaluation & train
+
+
+SUITES = sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem.startswith("inter_") else [])
+                                  for p in SUITES], ids=[p.stem for p in SUITES])
+def test_every_shipped_suite_builds_its_first_items(path):
+    cfg = load_config(str(path), ["model.path=x", "suite.size=1"])
+    for comp in cfg.composites:
+        comp.size = 1
+    items = build_suite(cfg)
+    assert len(items) == sum(len(c.tasks) for c in cfg.categories) + len(cfg.composites)
+    assert all(i.entry["question"] and i.messages[-1]["content"] == i.entry["question"] for i in items)
