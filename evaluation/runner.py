@@ -79,8 +79,7 @@ def make_record(item: SuiteItem, sample: int, comp: Completion, scored: dict) ->
         "metadata": entry.get("metadata"), "response": comp.text, "num_tokens": comp.num_tokens,
         "finish_reason": comp.finish_reason, "score": float(scored.get("raw_score", 0.0)),
         "accuracy": float(scored.get("acc", 0.0)), "answer_found": bool(scored.get("answer_found", False)),
-        "pred": scored.get("pred"),
-        "format_ok": bool(scored.get("format_ok", False)), "reason": scored.get("reason"),
+        "pred": scored.get("pred"), "format_ok": bool(scored.get("format_ok", False)), "reason": scored.get("reason"),
     }
 
 
@@ -100,6 +99,7 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
     if not requests:
         log.info("all %d items x %d samples already in %s", len(items), cfg.sampling.n, store.path)
         return stats
+
     def on_result(req: GenRequest, completions: list[Completion]) -> None:
         item = by_id[req.key]
         scored = score_completions(item, completions, cfg.score_timeout_s)
