@@ -29,6 +29,14 @@ def extract_answer(response: str) -> str | None:
     return None
 
 
+def last_line(response: str) -> str | None:
+    """Returns the last non-empty line, stripped (the answer of a model that ignores the tags), or None."""
+    for line in reversed(response.rstrip().splitlines()):
+        if line.strip():
+            return line.strip()
+    return None
+
+
 def format_ok(response: str, require_think: bool) -> bool:
     """True if the response is one answer block (after one think block when `require_think`) and nothing after it."""
     pattern = _THINK_THEN_ANSWER if require_think else _ANSWER_ONLY

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import reasoning_gym
 
-from envs.answers import extract_answer, format_ok, response_problem
+from envs.answers import extract_answer, format_ok, last_line, response_problem
 from envs.generation import config_key
 
 
@@ -25,6 +25,7 @@ class RewardOptions:
 
     partial_credit: bool = False  # keep RG's partial scores; False binarises (1 only for a fully correct answer)
     format_reward: float = 0.0  # added when the response is well formed (see envs.answers.format_ok)
+    answer_fallback: bool = False  # no <answer> block: score the last non-empty line (for small models); else 0
     require_think: bool = False  # well formed needs a <think>...</think> block before the answer
     max_response_length: int = 0  # tokens the rollout may generate; needed by the overlong penalty
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_response_length; 0 = off
@@ -114,14 +115,19 @@ def score_response(
         result["reason"] = problem
         return result
     answer = extract_answer(response)
+    tagged = answer is not None
+    if not tagged and options.answer_fallback:
+        answer = last_line(response)
     raw, reason = (0.0, "no <answer>...</answer> block") if answer is None else rg_score(task, answer, entry, config)
+    if not tagged and answer is not None:
+        reason = reason or "no <answer> block: scored the last line"
     correct = raw >= 1.0 - 1e-9
     well_formed = format_ok(response, options.require_think)
     penalty = _overlong(response_length, options)
     base = raw if options.partial_credit else float(correct)
     result.update(
         score=base + options.format_reward * well_formed - penalty, acc=float(correct), raw_score=raw,
-        answer_found=float(answer is not None), format_ok=float(well_formed), overlong_penalty=penalty,
+        answer_found=float(tagged), format_ok=float(well_formed), overlong_penalty=penalty,
         pred=answer, reason=reason,
     )
     return result

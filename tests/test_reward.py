@@ -71,6 +71,14 @@ def test_options_partial_binarised_format_overlong():
         RewardOptions.from_kwargs({"format_bonus": 1})
 
 
+def test_answer_fallback_scores_the_last_line_without_counting_it_as_found():
+    entry = entry_of("chain_sum")
+    text = f"Let me add.\n{entry['answer']}\n"
+    assert score_response(text, entry)["score"] == 0.0
+    result = score_response(text, entry, options=RewardOptions(answer_fallback=True))
+    assert result["score"] == 1.0 and result["answer_found"] == 0.0 and "last line" in result["reason"]
+
+
 def test_game_of_life_halting_is_repaired():
     entry = entry_of("game_of_life_halting")
     wrong = "False" if entry["answer"] == "True" else "True"
