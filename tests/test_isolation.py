@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from reasoning_gym.factory import DATASETS
+
 from envs.isolation import IsolatedScorer
 from envs.reward import RewardOptions
 
@@ -24,6 +26,8 @@ def scorer():
     yield scorer
     scorer.close()
     del os.environ["RG_GRPO_TASK_MODULES"]
+    for name in ("test_sleepy_scorer", "test_deaf_scorer"):  # other test modules count Reasoning Gym's own tasks
+        DATASETS.pop(name, None)
 
 
 def entry(task, idx):
