@@ -91,11 +91,14 @@ def test_every_task_is_reproducible_under_any_pythonhashseed():
     Covers list_functions (global random) and the PYTHONHASHSEED-sensitive generators (run in producer processes).
     """
     runs = [subprocess.Popen([sys.executable, "-c", _DUMP], env={**os.environ, "PYTHONHASHSEED": hash_seed},
-                             stdout=subprocess.PIPE, text=True, cwd=REPO) for hash_seed in ("1", "2")]
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            for hash_seed in ("1", "2")]
     outputs = []
     for run in runs:
-        stdout = run.communicate(timeout=800)[0]
-        outputs.append(json.loads(next(line[7:] for line in stdout.splitlines() if line.startswith("RESULT "))))
+        stdout, stderr = run.communicate(timeout=800)
+        lines = [line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")]
+        assert lines, f"exit {run.returncode}: {stderr[-3000:]}"
+        outputs.append(json.loads(lines[0]))
     first, second = outputs
     assert len({key for key, _ in first.values()}) == len(all_tasks())
     assert [p for p in first if first[p] != second.get(p)] == []
