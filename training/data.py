@@ -73,7 +73,9 @@ def build_train_stream(cfg: DictConfig, tokenizer) -> TimedStream:
         tokenizer=tokenizer,
         max_prompt_length=int(cfg.data.max_prompt_length),
         on_long_prompt=str(cfg.env.on_long_prompt),
+        producer_processes=cfg.env.get("producer_processes"),
     )
+    stream.start()  # spawn the producer processes now, while verl builds the workers
     return TimedStream(stream)
 
 
