@@ -38,8 +38,11 @@ def _on_alarm(signum, frame):
 
 
 def _failed(request: Request, reason: str) -> dict[str, Any]:
-    result = score_response("", request[1], request[2])
-    result["reason"] = reason
+    """A zero result for a request that could not be scored; never raises, whatever the request holds."""
+    entry = request[1] if isinstance(request[1], dict) else {}
+    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    result = dict.fromkeys(RESULT_FIELDS, 0.0)
+    result.update(task=request[2] or metadata.get("source_dataset"), pred=None, reason=reason)
     return result
 
 
@@ -55,6 +58,8 @@ def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:
             result = score_response(request[0], request[1], request[2], options, request[3], request[4])
         except _ScoreTimeout:
             result = _failed(request, f"scorer timed out after {options.timeout_s} s")
+        except Exception as exc:  # a malformed request (e.g. an entry without metadata) costs only its own score
+            result = _failed(request, f"could not score: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         chunk.append(tuple(result[field] for field in RESULT_FIELDS))

@@ -55,6 +55,9 @@ def test_bad_responses_never_crash(scorer):
     results = scorer.score_many([{"response": r, "entry": e} for r in bad])
     assert [r["score"] for r in results] == [0.0] * len(bad)
     assert all(r["reason"] for r in results[:4]) and "exceeds max_response_chars" in results[5]["reason"]
+    broken = scorer.score_many([{"response": "<answer>3</answer>", "entry": {"question": "?"}},
+                                {"response": "<answer>3</answer>", "entry": e}])
+    assert broken[0]["score"] == 0.0 and "could not score" in broken[0]["reason"] and broken[1]["score"] == 1.0
 
 
 def test_compute_score_is_verls_async_entry_point():
