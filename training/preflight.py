@@ -177,8 +177,10 @@ def finish(records: list[SampleRecord], seconds: float) -> int:
         print(f"\n[preflight] FAILED: {len(bad)} non-finite scores of {len(records)} responses")
         return 1
     if not any(r.answer_found for r in records):
-        print("\n[preflight] WARNING: no response had an <answer>...</answer> block, so every group scores alike and "
-              "GRPO gets no signal. Try a stronger model, env.system_prompt (e.g. 'simple'), or more new tokens.")
+        signal = ("the reward option answer_fallback scores their last line instead" if len({r.score for r in records}) > 1
+                  else "so every response scores alike and GRPO gets no signal")
+        print(f"\n[preflight] WARNING: no response had an <answer>...</answer> block; {signal}. Try a stronger model, "
+              "env.system_prompt (e.g. 'simple'), or more new tokens.")
     print(f"\n[preflight] all checks passed in {seconds:.0f} s: config, stream, chat template, generation, reward. "
           "On a machine with a CUDA GPU the same command trains.")
     return 0
