@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any, Iterator
 
-from envs.reward import RESULT_FIELDS, RewardOptions, score_response
+from envs.reward import RESULT_FIELDS, RewardOptions, score_response, zero_result
 from envs.worker_process import WorkerProcess
 
 _CHUNK_SECONDS = 0.05  # a child sends what it has scored at least this often
@@ -41,9 +41,7 @@ def _failed(request: Request, reason: str) -> dict[str, Any]:
     """A zero result for a request that could not be scored; never raises, whatever the request holds."""
     entry = request[1] if isinstance(request[1], dict) else {}
     metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
-    result = dict.fromkeys(RESULT_FIELDS, 0.0)
-    result.update(task=request[2] or metadata.get("source_dataset"), pred=None, reason=reason)
-    return result
+    return zero_result(request[2] or metadata.get("source_dataset"), reason)
 
 
 def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:

@@ -92,6 +92,13 @@ RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "resp
                  "task", "pred", "reason")
 
 
+def zero_result(task: str | None, reason: str, response_length: float = 0.0) -> dict[str, Any]:
+    """Returns a result with every RESULT_FIELDS key, scoring 0 for `reason`."""
+    result = dict.fromkeys(RESULT_FIELDS, 0.0)
+    result.update(task=task, pred=None, reason=reason, response_length=float(response_length))
+    return result
+
+
 def score_response(
     response: Any,
     entry: dict[str, Any],
@@ -108,8 +115,7 @@ def score_response(
     """
     task = task or entry["metadata"]["source_dataset"]
     length = response_length if response_length is not None else len(response) if isinstance(response, str) else 0
-    result = {"score": 0.0, "acc": 0.0, "raw_score": 0.0, "answer_found": 0.0, "format_ok": 0.0,
-              "response_length": float(length), "overlong_penalty": 0.0, "task": task, "pred": None, "reason": ""}
+    result = zero_result(task, "", length)
     problem = response_problem(response, options.max_response_chars)
     if problem:
         result["reason"] = problem

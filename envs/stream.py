@@ -91,18 +91,20 @@ class TaskStream(IterableDataset):
         args = (self.mix.task(key).task, config, self.split, self.seed, position)
         return key, config, (position, config_key(config)), args
 
+    def _fetch(self, key: str, request_key: tuple, args: tuple) -> dict:
+        if key in self._routed:
+            return self._ensure_producer().get(request_key, args)
+        return generate_entry(*args)
+
     def entry_at(self, position: int) -> tuple[str, dict, dict]:
         """Returns (mix key, config, RG entry) at `position` under the current curriculum levels."""
         key, config, request_key, args = self._request(position)
-        if key in self._routed:
-            entry = self._ensure_producer().get(request_key, args)
-        else:
-            entry = generate_entry(*args)
-        return key, config, entry
+        return key, config, self._fetch(key, request_key, args)
 
     def item_at(self, position: int) -> dict[str, Any] | None:
         """Returns the verl dataset item at `position`, or None if its prompt is too long and filtered."""
-        key, config, entry = self.entry_at(position)
+        key, config, request_key, args = self._request(position)
+        entry = self._fetch(key, request_key, args)
         spec = self.mix.task(key)
         messages = build_messages(entry["question"], self.system_prompt)
         if self.tokenizer is not None and self.max_prompt_length:
@@ -119,7 +121,7 @@ class TaskStream(IterableDataset):
                 return None
         level = self.curriculum.levels().get(key)
         extra_info = {"entry": entry, "task": key, "task_name": spec.task, "config": config,
-                      "config_text": config_key(config), "level": level,
+                      "config_text": request_key[1], "level": level,
                       "split": self.split, "seed": self.seed, "position": position, "index": position}
         return {
             "raw_prompt": messages,
