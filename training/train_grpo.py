@@ -6,7 +6,8 @@
 
 Configs are configs/NAME.yaml over verl's ppo_trainer. Before any worker starts, the config is resolved (offline
 model folders, GPU count), checked (batch arithmetic, GPUs, model, task names, prompt lengths with the model's
-tokenizer) and validated by verl. Without a CUDA GPU, or with preflight=true, the preflight runs instead of training.
+tokenizer) and validated by verl. trainer.device=auto (default) trains on a visible CUDA GPU, else on the CPU
+backend (training/cpu_backend); preflight=true runs the quick CPU check of the data path instead of training.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from training.checks import (  # noqa: E402
     raise_if_problems,
 )
 from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
+from training.hardware import apply_cpu_backend, gpu_stack_problems, resolve_device, size_ray  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -75,14 +77,24 @@ def check_prompts(cfg: DictConfig, tokenizer) -> None:
           f"{ {task: max(v) for task, v in sorted(lengths.items())} }; data.max_prompt_length={limit}")
 
 
-def prepare(cfg: DictConfig, preflight: bool):
-    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer."""
-    visible = visible_gpu_count()
-    resolve_config(cfg)
-    raise_if_problems(config_problems(cfg, 0 if preflight else visible), "config check")
+def prepare(cfg: DictConfig, visible_gpus: int):
+    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer.
+
+    Reads trainer.device (auto: CUDA when a GPU is visible, else the CPU backend, whose keys are set here)."""
+    try:
+        device = resolve_device(cfg, visible_gpus)
+    except ValueError as err:
+        raise ConfigProblem(str(err)) from err
+    resolve_config(cfg, gpu_count=visible_gpus if device == "cuda" else 1)
+    if device == "cpu":
+        apply_cpu_backend(cfg)
+    problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
+    if device == "cuda" and not cfg.get("preflight", False):
+        problems += gpu_stack_problems(cfg)
+    raise_if_problems(problems, "config check")
     tokenizer = load_tokenizer(cfg)
     check_prompts(cfg, tokenizer)
-    print(f"[check] batch: {batch_plan(cfg).describe()}")
+    print(f"[check] device: {device}; batch: {batch_plan(cfg).describe()}")
     return tokenizer
 
 
@@ -98,21 +110,19 @@ def launch(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig) -> int:
-    """Checks, then preflight (no CUDA GPU or preflight=true) or training. Returns the exit code."""
+    """Checks, then the preflight (preflight=true) or training on CUDA or the CPU backend. Returns the exit code."""
     import torch
 
-    has_gpu = torch.cuda.is_available() and visible_gpu_count() > 0
-    preflight = bool(cfg.get("preflight", False)) or not has_gpu
-    reason = "preflight=true" if cfg.get("preflight", False) else "no CUDA GPU is visible, so this runs the preflight instead of training"
+    visible = visible_gpu_count() if torch.cuda.is_available() else 0
     try:
-        tokenizer = prepare(cfg, preflight)
+        tokenizer = prepare(cfg, visible)
     except ConfigProblem as err:
         print(f"[check] {err}", file=sys.stderr)
         return 2
-    if preflight:
+    if cfg.get("preflight", False):
         from training.preflight import run_preflight
 
-        return run_preflight(cfg, tokenizer, reason)
+        return run_preflight(cfg, tokenizer, "preflight=true")
     launch(cfg)
     return 0
 

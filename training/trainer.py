@@ -86,7 +86,8 @@ class ReasoningGymTrainer(PPOTrainerSync):
         """Reads the scores of the step's non-padding responses from TransferQueue and applies them."""
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
         metrics = self.apply_feedback(read_records(keys, batch.partition_id) if keys else [])
-        metrics["timing/reward"] = _reward_seconds(keys, batch.partition_id)
+        if keys:
+            metrics.update(reward_seconds(keys, batch.partition_id))
         return metrics
 
     def apply_feedback(self, records) -> dict[str, float]:
@@ -104,12 +105,15 @@ class ReasoningGymTrainer(PPOTrainerSync):
 
 
 def read_records(keys: list[str], partition_id: str):
-    """Returns SampleRecords for `keys` from TransferQueue (uid, extra_info, reward extra info, scores, lengths)."""
+    """Returns SampleRecords for `keys` from TransferQueue (uid, extra_info, reward extra info, scores, lengths).
+
+    Non-tensor fields read by key come back as tensordict `LinkedList`s (no `.tolist()`): read them with list().
+    """
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
                            select_fields=["uid", "extra_info", "extra_fields", "rm_scores", "responses"])
     scores = data["rm_scores"].sum(dim=1).tolist()
     lengths = data["responses"].offsets().diff().tolist()
-    uids, extra_infos, extra_fields = data["uid"].tolist(), data["extra_info"].tolist(), data["extra_fields"].tolist()
+    uids, extra_infos, extra_fields = list(data["uid"]), list(data["extra_info"]), list(data["extra_fields"])
     records = []
     for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
         reward_info = (fields or {}).get("reward_extra_info", {}) if isinstance(fields, dict) else {}
@@ -117,13 +121,12 @@ def read_records(keys: list[str], partition_id: str):
     return records
 
 
-def _reward_seconds(keys: list[str], partition_id: str) -> float:
-    """Returns the summed per-response scoring seconds verl's agent loop measured (0.0 where not recorded)."""
-    if not keys:
-        return 0.0
-    try:
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["metrics"])
-        return float(sum((m or {}).get("compute_score", 0.0) for m in data["metrics"].tolist()))
-    except Exception as err:  # a timing metric must never stop training
-        logger.warning("timing/reward unavailable (%s: %s); logging 0", type(err).__name__, err)
-        return 0.0
+def reward_seconds(keys: list[str], partition_id: str) -> dict[str, float]:
+    """Returns timing/reward_{mean,max}: seconds from a response's scoring request to its score (Ray queueing
+    included), as verl's agent loop measured them. Scoring overlaps generation, so the max, not a sum, is what
+    compares with the step time."""
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["metrics"])
+    seconds = [float((m or {}).get("compute_score", 0.0)) for m in list(data["metrics"])]
+    if not seconds:
+        return {}
+    return {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)}

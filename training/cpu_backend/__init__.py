@@ -1,0 +1,42 @@
+"""verl's CPU backend: a "cpu" platform, verl's FSDP2 engine registered for it, a transformers rollout replica.
+
+Loaded in every verl process (the driver, the Ray task runner and every worker) through verl's
+`VERL_USE_EXTERNAL_MODULES=training.cpu_backend`, with `VERL_PLATFORM=cpu`; `training.config.apply_cpu_backend`
+sets both and the config keys a CPU run needs. Importing this package registers everything; without
+VERL_PLATFORM=cpu it only registers (nothing is patched), so a GPU run is untouched.
+"""
+
+from __future__ import annotations
+
+import os
+
+from training.cpu_backend.platform import PLATFORM_NAME, CPUPlatform  # noqa: F401  (registers the platform)
+
+ROLLOUT_NAME = "transformers"
+ENV = {"VERL_PLATFORM": PLATFORM_NAME, "VERL_USE_EXTERNAL_MODULES": "training.cpu_backend"}
+
+
+def _load_replica():
+    from training.cpu_backend.rollout import TransformersReplica
+
+    return TransformersReplica
+
+
+def register() -> None:
+    """Registers the engine and the rollout in verl's registries; patches only when VERL_PLATFORM=cpu."""
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from training.cpu_backend import patches
+
+    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        if "cpu" not in EngineRegistry._engines.get(model_type, {}).get("fsdp2", {}):
+            EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device="cpu")(engine)
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+    patches.register_rollout_adapter(ROLLOUT_NAME)
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
+        patches.apply()
+
+
+register()

@@ -1,0 +1,332 @@
+"""A rollout for verl that generates with transformers on CPU, served the way verl's agent loop expects.
+
+Three parts, one per verl role (the same split vLLM has in verl):
+- `TransformersServer`: a Ray actor per replica serving verl's token-in/token-out `generate`; the agent loop's
+  concurrent requests are gathered into batches and sampled in one decode loop (training.cpu_backend.sampling).
+- `TransformersReplica` (verl's `RolloutReplicaRegistry`, name "transformers"): starts the servers.
+- `TransformersRolloutAdapter` (built inside each actor worker): receives the actor's weights after every update
+  through verl's own "naive" weight-sync path and ships them to its replica's server; forwards sleep / wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
+
+from training.cpu_backend.sampling import SamplingSpec, sample_batch
+
+ROLLOUT_NAME = "transformers"
+logger = logging.getLogger(__name__)
+
+
+def server_actor_name(replica_rank: int) -> str:
+    """Returns the Ray actor name of a replica's server (the adapter finds it by name)."""
+    return f"{ROLLOUT_NAME}_server_{replica_rank}"
+
+
+def _to_wire(tensor: torch.Tensor) -> tuple[np.ndarray, str]:
+    """Returns a numpy view Ray can ship without a copy (bf16/fp16 as raw 16-bit words) and the dtype name."""
+    tensor = tensor.detach().to("cpu").contiguous()
+    if tensor.dtype in (torch.bfloat16, torch.float16):
+        return tensor.view(torch.int16).numpy(), str(tensor.dtype)
+    return tensor.numpy(), str(tensor.dtype)
+
+
+def _from_wire(array: np.ndarray, dtype: str) -> torch.Tensor:
+    tensor = torch.from_numpy(np.array(array, copy=True))
+    if dtype in ("torch.bfloat16", "torch.float16"):
+        return tensor.view(getattr(torch, dtype.split(".")[1]))
+    return tensor
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    spec: SamplingSpec
+    future: asyncio.Future = field(repr=False)
+
+
+class TransformersServer:
+    """One replica's generation server (a Ray actor): verl's `generate` plus the control calls verl makes.
+
+    Weights: loaded from the model folder at start; replaced by `load_weights` + `finish_weight_update` after each
+    actor update. `sleep` releases the parameter memory (free_cache_engine); `wake_up(["weights"])` reallocates
+    it for the next sync, and `generate` waits until the replica is awake with complete weights.
+    """
+
+    def __init__(self, config, model_config, replica_rank: int, rollout_mode: RolloutMode, threads: int = 0,
+                 gather_seconds: float = 0.05):
+        from transformers import AutoModelForCausalLM
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        config = omega_conf_to_dataclass(config)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.config, self.model_config, self.replica_rank = config, model_config, replica_rank
+        self.rollout_mode = rollout_mode
+        if threads:
+            torch.set_num_threads(int(threads))
+        path = model_config.local_path or model_config.path
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+        self.model.eval()
+        self.shapes = {name: (p.shape, p.dtype) for name, p in self.model.named_parameters()}
+        self.loaded: set[str] = set(self.shapes)
+        self.complete = True  # False from a sleep or the start of a sync until a sync finishes
+        tokenizer = model_config.tokenizer
+        generation = self.model.generation_config
+        eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        self.pad_token_id = int(pad)
+        self.generator = torch.Generator().manual_seed(int(config.seed or 0) + replica_rank)
+        self.global_steps: Optional[int] = None
+        self.gather_seconds = gather_seconds
+        self.pending: list[_Request] = []
+        self.batcher: Optional[asyncio.Task] = None
+        self.awake: Optional[asyncio.Event] = None
+        self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0}
+
+    def _awake_event(self) -> asyncio.Event:
+        if self.awake is None:  # created inside the actor's event loop
+            self.awake = asyncio.Event()
+            self.awake.set()
+        return self.awake
+
+    # ---- generation ----
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
+                       image_data: Any = None, video_data: Any = None, **_: Any) -> TokenOutput:
+        """verl's token-in/token-out call: samples one response for `prompt_ids` (batched with its neighbours)."""
+        if image_data is not None or video_data is not None:
+            raise NotImplementedError("the transformers CPU rollout serves text-only models")
+        params = dict(sampling_params)
+        prompt_ids = [int(t) for t in prompt_ids]
+        room = int(self.config.max_model_len or (self.config.prompt_length + self.config.response_length)) - len(prompt_ids)
+        if room < 1:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room to generate "
+                             f"(rollout.max_model_len={self.config.max_model_len})")
+        max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
+        if max_tokens is None:
+            max_tokens = min(self.config.response_length,
+                             self.config.prompt_length + self.config.response_length - len(prompt_ids))
+        max_tokens = max(1, min(int(max_tokens), room))
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(_Request(prompt_ids, max_tokens, SamplingSpec.from_params(params), future))
+        if self.batcher is None or self.batcher.done():
+            self.batcher = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Gathers requests until none arrive for `gather_seconds`, then samples them group by group."""
+        while self.pending:
+            seen = -1
+            while seen != len(self.pending) and len(self.pending) < int(self.config.max_num_seqs):
+                seen = len(self.pending)
+                await asyncio.sleep(self.gather_seconds)
+            await self._awake_event().wait()
+            batch, self.pending = self.pending[: int(self.config.max_num_seqs)], self.pending[int(self.config.max_num_seqs):]
+            groups: dict[SamplingSpec, list[_Request]] = {}
+            for request in batch:
+                groups.setdefault(request.spec, []).append(request)
+            for spec, requests in groups.items():
+                try:
+                    outputs = await asyncio.to_thread(self._sample, spec, requests)
+                except Exception as err:  # every waiting request learns why
+                    for request in requests:
+                        if not request.future.done():
+                            request.future.set_exception(err)
+                    continue
+                for request, output in zip(requests, outputs):
+                    if not request.future.done():
+                        request.future.set_result(output)
+
+    def _sample(self, spec: SamplingSpec, requests: list[_Request]) -> list[TokenOutput]:
+        if not self.complete:
+            raise RuntimeError(f"rollout replica {self.replica_rank} was asked to generate without complete weights "
+                               "(released by sleep, or a weight sync that did not finish)")
+        start = time.perf_counter()
+        sampled = sample_batch(self.model, [r.prompt_ids for r in requests], [r.max_tokens for r in requests], spec,
+                               self.eos_token_ids, self.pad_token_id, self.generator)
+        self.stats["batches"] += 1
+        self.stats["sequences"] += len(requests)
+        self.stats["tokens"] += sum(len(s.token_ids) for s in sampled)
+        self.stats["seconds"] += time.perf_counter() - start
+        extra = {"global_steps": self.global_steps}
+        return [TokenOutput(token_ids=s.token_ids, log_probs=s.log_probs, stop_reason="completed",
+                            extra_fields=dict(extra)) for s in sampled]
+
+    # ---- weights ----
+    def load_weights(self, bucket: dict[str, tuple[np.ndarray, str]]) -> int:
+        """Copies a bucket of the actor's tensors (HF names) into the model; returns how many were taken."""
+        params = dict(self.model.named_parameters())
+        taken = 0
+        with torch.no_grad():
+            for name, (array, dtype) in bucket.items():
+                param = params.get(name)
+                if param is None:
+                    continue  # e.g. lm_head.weight of a tied model arrives under the embedding's name only
+                tensor = _from_wire(array, dtype)
+                if param.numel() == 0:
+                    param.data = torch.empty(self.shapes[name][0], dtype=self.shapes[name][1])
+                param.data.copy_(tensor.to(param.dtype).view(self.shapes[name][0]))
+                self.loaded.add(name)
+                taken += 1
+        return taken
+
+    def finish_weight_update(self, global_steps: Optional[int] = None) -> dict[str, int]:
+        """Ties shared weights, checks every parameter arrived, records the step; returns counts."""
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self.model.tie_weights()
+            self.loaded |= {name for name, p in self.model.named_parameters() if p.numel()}
+        missing = sorted(set(self.shapes) - self.loaded)
+        if missing:
+            raise RuntimeError(f"weight sync to rollout replica {self.replica_rank} missed {len(missing)} tensors, "
+                               f"e.g. {missing[:3]}")
+        self.global_steps = global_steps
+        self.complete = True
+        return {"tensors": len(self.loaded)}
+
+    def begin_weight_update(self) -> None:
+        self.loaded, self.complete = set(), False
+
+    # ---- control calls verl makes on every server ----
+    async def wake_up(self, tags: Optional[list[str]] = None) -> None:
+        tags = tags or ["weights", "kv_cache"]
+        if "weights" in tags:
+            with torch.no_grad():
+                for name, param in self.model.named_parameters():
+                    if param.numel() == 0:
+                        param.data = torch.empty(self.shapes[name][0], dtype=self.shapes[name][1])
+        if "kv_cache" in tags or self.rollout_mode != RolloutMode.HYBRID:
+            self._awake_event().set()
+
+    async def sleep(self) -> None:
+        """Releases the parameter memory until the next weight sync (hybrid mode, free_cache_engine)."""
+        if not self.config.free_cache_engine or self.rollout_mode != RolloutMode.HYBRID:
+            return
+        self._awake_event().clear()
+        with torch.no_grad():
+            for param in self.model.parameters():
+                param.data = torch.empty(0, dtype=param.dtype)
+        self.loaded, self.complete = set(), False
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def get_stats(self) -> dict[str, float]:
+        return dict(self.stats)
+
+    async def clear_kv_cache(self) -> None:
+        return None  # caches live only inside one batch
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def wait_for_requests_to_drain(self) -> None:
+        while self.pending or (self.batcher is not None and not self.batcher.done()):
+            await asyncio.sleep(0.01)
+
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict:
+        return {"aborted": False, "request_id": request_id}
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class TransformersReplica(RolloutReplica):
+    """verl's rollout replica for the CPU backend: one TransformersServer actor per replica, on its worker's node."""
+
+    async def launch_servers(self) -> None:
+        node_id = None
+        if self.workers:
+            node_id = await self.workers[0].__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+        options: dict[str, Any] = {"name": server_actor_name(self.replica_rank), "num_cpus": 0,
+                                   "max_concurrency": self.max_concurrency}
+        if node_id is not None:
+            options["scheduling_strategy"] = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node_id=node_id, soft=False)
+        server = ray.remote(TransformersServer).options(**options).remote(
+            config=self.config, model_config=self.model_config, replica_rank=self.replica_rank,
+            rollout_mode=self.rollout_mode, threads=int(os.environ.get("RG_GRPO_ROLLOUT_THREADS", "0")))
+        await server.get_stats.remote()  # surfaces a failed model load here, not at the first request
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"{ROLLOUT_NAME}://replica-{self.replica_rank}"
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+
+class TransformersRolloutAdapter(BaseRollout):
+    """Built by verl inside each actor worker (`get_rollout_class`): the worker's link to its replica's server."""
+
+    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1, **_: Any):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = self.config.tensor_model_parallel_size * self.config.data_parallel_size
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.has_server = rank % world == 0
+        self.server = None
+        self.bucket_bytes = int(self.config.checkpoint_engine.update_weights_bucket_megabytes) << 20
+
+    def _server(self):
+        if self.server is None:
+            self.server = ray.get_actor(server_actor_name(self.replica_rank))
+        return self.server
+
+    async def resume(self, tags: list[str]):
+        if self.has_server:
+            await self._server().wake_up.remote(tags=tags)
+
+    async def release(self):
+        if self.has_server:
+            await self._server().sleep.remote()
+
+    @torch.no_grad()
+    async def update_weights(self, weights, global_steps: int = None, wire_format: str = "named_tensors",
+                             peft_config=None, **kwargs):
+        """Ships the actor's full tensors to the server in buckets, then has it check and finish the update."""
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"the transformers rollout takes full tensors, not {wire_format!r}")
+        if peft_config is not None:
+            raise NotImplementedError("LoRA adapters are synced merged on CPU: set actor_rollout_ref.model.lora.merge=true")
+        start = time.perf_counter()
+        bucket, size = {}, 0
+        if self.has_server:
+            await self._server().begin_weight_update.remote()
+        for name, tensor in weights:  # every rank iterates: full tensors are gathered collectively
+            if not self.has_server:
+                continue
+            bucket[name] = _to_wire(tensor)
+            size += tensor.numel() * tensor.element_size()
+            if size >= self.bucket_bytes:
+                await self._server().load_weights.remote(bucket)
+                bucket, size = {}, 0
+        if self.has_server:
+            if bucket:
+                await self._server().load_weights.remote(bucket)
+            await self._server().finish_weight_update.remote(global_steps)
+            logger.info("weights synced to %s in %.2f s", server_actor_name(self.replica_rank),
+                        time.perf_counter() - start)

@@ -1,0 +1,114 @@
+"""Where a run trains: the device (`trainer.device: auto|cuda|cpu`), the CPU backend's settings, Ray's sizing.
+
+`trainer.device: auto` (our default) trains on CUDA when a GPU is visible and on the CPU backend otherwise
+(training.cpu_backend: verl's FSDP2 engine on gloo, a transformers rollout); `trainer.device=cpu` forces the CPU.
+Ray's logical CPUs are sized from what verl's actors ask for, so a small host never waits forever for a slot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+DEVICES = ("auto", "cuda", "cpu")
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
+def resolve_device(cfg: DictConfig, visible_gpus: int) -> str:
+    """Sets and returns trainer.device: `auto` becomes cuda with a visible GPU, else cpu."""
+    device = str(cfg.trainer.get("device", "auto"))
+    if device not in DEVICES:
+        raise ValueError(f"trainer.device={device!r}: use auto (GPU if visible, else CPU), cuda or cpu")
+    if device == "auto":
+        device = "cuda" if visible_gpus > 0 else "cpu"
+    with open_dict(cfg):
+        cfg.trainer.device = device
+    return device
+
+
+def cpu_threads(ranks: int) -> int:
+    """Returns torch threads per training process: the cores shared by the ranks (they run one phase at a time)."""
+    return max(1, (os.cpu_count() or 1) // max(ranks, 1))
+
+
+def apply_cpu_backend(cfg: DictConfig) -> None:
+    """Sets the keys a CPU run needs (in place) and loads the CPU backend in this process and, through the
+    environment, in every Ray worker. Reads trainer.n_gpus_per_node (training ranks, one per logical slot)."""
+    ranks = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+    env = {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "training.cpu_backend",
+           "OMP_NUM_THREADS": str(cpu_threads(ranks)), "RG_GRPO_ROLLOUT_THREADS": str(cpu_threads(1)),
+           "TOKENIZERS_PARALLELISM": "false"}
+    os.environ.update(env)
+    with open_dict(cfg):
+        arr = cfg.actor_rollout_ref
+        cfg.trainer.device = "cpu"
+        for role in (arr.actor, arr.ref):
+            role.strategy = "fsdp2"
+            role.fsdp_config.strategy = "fsdp2"
+            role.fsdp_config.mixed_precision = dict(FP32)  # bf16 autocast is far slower on CPUs without AMX
+            role.fsdp_config.use_torch_compile = False
+        arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
+                                                    {"attn_implementation": "sdpa"})
+        arr.model.use_remove_padding = False  # the packed path needs flash-attn's varlen kernels
+        arr.rollout.name = "transformers"
+        arr.rollout.tensor_model_parallel_size = 1
+        arr.rollout.agent.num_workers = 1
+        cfg.reward.num_workers = min(int(cfg.reward.num_workers), 2)
+        cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 2
+        runtime_env = cfg.ray_kwargs.ray_init.setdefault("runtime_env", {})
+        env_vars = runtime_env.get("env_vars") or {}
+        runtime_env.env_vars = {**env_vars, **env}
+        cfg.ray_kwargs.ray_init.num_gpus = ranks  # logical slots: verl's resource pools count "GPU"
+    _load_backend()
+
+
+def _load_backend() -> None:
+    """Imports the backend here (the driver) and makes it the platform even if verl already picked one."""
+    import training.cpu_backend  # noqa: F401
+    from verl.plugin.platform import get_platform, set_platform
+    from verl.plugin.platform.platform_manager import _current_platform
+
+    from training.cpu_backend.platform import CPUPlatform
+
+    if _current_platform is None or get_platform().device_name != "cpu":
+        set_platform(CPUPlatform())
+
+
+def ray_cpu_demand(cfg: DictConfig) -> int:
+    """Returns the logical CPUs verl's Ray actors reserve: task runner, TransferQueue controller and storage units,
+    agent-loop and reward workers (1 each), and a 3-CPU bundle per training device."""
+    devices = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+    storage = int(OmegaConf.select(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", default=8))
+    agents = int(OmegaConf.select(cfg, "actor_rollout_ref.rollout.agent.num_workers", default=8) or 0)
+    rewards = int(OmegaConf.select(cfg, "reward.num_workers", default=8) or 0)
+    return 2 + storage + agents + rewards + 3 * devices
+
+
+def size_ray(cfg: DictConfig) -> list[str]:
+    """Sets ray_kwargs.ray_init.num_cpus when unset (logical CPUs: at least the demand); returns problems when a
+    user-set value is too small for a local cluster (Ray would wait forever for a slot)."""
+    demand = ray_cpu_demand(cfg)
+    ray_init = cfg.ray_kwargs.ray_init
+    if ray_init.get("address"):
+        return []  # an existing cluster brings its own resources
+    if ray_init.get("num_cpus") is None:
+        with open_dict(cfg):
+            ray_init.num_cpus = max(demand, os.cpu_count() or 1)
+        return []
+    if int(ray_init.num_cpus) < demand:
+        return [f"ray_kwargs.ray_init.num_cpus={ray_init.num_cpus} but verl's actors reserve {demand} logical CPUs "
+                f"(task runner, TransferQueue, agent-loop and reward workers, 3 per device); Ray would wait forever. "
+                f"Set +ray_kwargs.ray_init.num_cpus={demand} or leave it unset (sized automatically)"]
+    return []
+
+
+def gpu_stack_problems(cfg: DictConfig) -> list[str]:
+    """Returns what to install when a CUDA run's rollout engine is missing (checked before Ray starts)."""
+    name = str(cfg.actor_rollout_ref.rollout.name)
+    if name in ("vllm", "sglang") and importlib.util.find_spec(name) is None:
+        return [f"actor_rollout_ref.rollout.name={name} but {name} is not installed in this environment: run "
+                "`make install-gpu` (verl's GPU stack: vLLM, CUDA torch), or train on the CPU backend with "
+                "trainer.device=cpu"]
+    return []
