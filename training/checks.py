@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 class ConfigProblem(ValueError):
@@ -80,6 +80,7 @@ def batch_problems(cfg: DictConfig) -> list[str]:
         problems.append(f"a mini-batch of {plan.mini_batch_prompts} prompts x {plan.samples_per_prompt} samples does "
                         f"not split over {plan.gpus} GPU(s); make ppo_mini_batch_size x rollout.n a multiple of "
                         f"{plan.gpus}")
+    problems += _log_prob_micro_problems(cfg, plan)
     micro = plan.micro_batch_per_gpu
     if micro is None:
         problems.append("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set; set it (e.g. 4) or "
@@ -88,6 +89,20 @@ def batch_problems(cfg: DictConfig) -> list[str]:
         problems.append(f"actor.ppo_micro_batch_size_per_gpu={micro} must divide the {int(per_gpu)} sequences of a "
                         f"mini-batch per GPU; e.g. actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
                         f"{math.gcd(int(per_gpu), int(micro))}")
+    return problems
+
+
+def _log_prob_micro_problems(cfg: DictConfig, plan: BatchPlan) -> list[str]:
+    """verl computes old and reference log-probs over all of a step's sequences per GPU in micro-batches of
+    `log_prob_micro_batch_size_per_gpu`, which must divide them."""
+    per_gpu = plan.sequences / max(plan.gpus, 1)
+    problems = []
+    for role in ("rollout", "ref"):
+        micro = OmegaConf.select(cfg, f"actor_rollout_ref.{role}.log_prob_micro_batch_size_per_gpu")
+        if micro and per_gpu == int(per_gpu) and int(per_gpu) % int(micro):
+            problems.append(f"actor_rollout_ref.{role}.log_prob_micro_batch_size_per_gpu={micro} must divide the "
+                            f"{int(per_gpu)} sequences of a step per GPU; e.g. actor_rollout_ref.{role}."
+                            f"log_prob_micro_batch_size_per_gpu={math.gcd(int(per_gpu), int(micro))}")
     return problems
 
 

@@ -186,8 +186,7 @@ class TransformersServer:
     def finish_weight_update(self, global_steps: Optional[int] = None) -> dict[str, int]:
         """Ties shared weights, checks every parameter arrived, records the step; returns counts."""
         if getattr(self.model.config, "tie_word_embeddings", False):
-            self.model.tie_weights()
-            self.loaded |= {name for name, p in self.model.named_parameters() if p.numel()}
+            self.model.tie_weights()  # named_parameters() lists a tied weight once, so `shapes` needs it once
         missing = sorted(set(self.shapes) - self.loaded)
         if missing:
             raise RuntimeError(f"weight sync to rollout replica {self.replica_rank} missed {len(missing)} tensors, "
