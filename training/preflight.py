@@ -182,5 +182,5 @@ def finish(records: list[SampleRecord], seconds: float) -> int:
         print(f"\n[preflight] WARNING: no response had an <answer>...</answer> block; {signal}. Try a stronger model, "
               "env.system_prompt (e.g. 'simple'), or more new tokens.")
     print(f"\n[preflight] all checks passed in {seconds:.0f} s: config, stream, chat template, generation, reward. "
-          "On a machine with a CUDA GPU the same command trains.")
+          "Without preflight=true the same command trains (on a CUDA GPU, or on the CPU backend).")
     return 0

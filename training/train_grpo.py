@@ -32,7 +32,14 @@ from training.checks import (  # noqa: E402
     raise_if_problems,
 )
 from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
-from training.hardware import apply_cpu_backend, gpu_stack_problems, resolve_device, size_ray  # noqa: E402
+from training.hardware import (  # noqa: E402
+    apply_cpu_backend,
+    apply_cpu_overrides,
+    choose_attention,
+    gpu_stack_problems,
+    resolve_device,
+    size_ray,
+)
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -77,6 +84,15 @@ def check_prompts(cfg: DictConfig, tokenizer) -> None:
           f"{ {task: max(v) for task, v in sorted(lengths.items())} }; data.max_prompt_length={limit}")
 
 
+def command_line_keys() -> set[str]:
+    """Returns the config keys given as hydra overrides on the command line (empty outside a hydra app)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    return {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+
+
 def prepare(cfg: DictConfig, visible_gpus: int):
     """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer.
 
@@ -85,9 +101,18 @@ def prepare(cfg: DictConfig, visible_gpus: int):
         device = resolve_device(cfg, visible_gpus)
     except ValueError as err:
         raise ConfigProblem(str(err)) from err
+    if device == "cpu":
+        try:
+            overrides = apply_cpu_overrides(cfg, command_line_keys())
+        except ValueError as err:
+            raise ConfigProblem(str(err)) from err
+        if overrides:
+            print(f"[check] CPU backend: env.on_cpu sets {', '.join(f'{k}={v}' for k, v in overrides.items())}")
     resolve_config(cfg, gpu_count=visible_gpus if device == "cuda" else 1)
     if device == "cpu":
         apply_cpu_backend(cfg)
+    else:
+        print(f"[check] attention: {choose_attention(cfg)} (flash-attn is optional: make install-flash-attn)")
     problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
     if device == "cuda" and not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg)
