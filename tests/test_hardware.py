@@ -27,6 +27,8 @@ def isolated_backend(monkeypatch):
 
     for key in BACKEND_ENV:
         monkeypatch.setenv(key, os.environ.get(key, ""))
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # popped by apply_cpu_backend
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
     monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
 
 

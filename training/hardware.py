@@ -41,6 +41,9 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
            "OMP_NUM_THREADS": str(cpu_threads(ranks)), "RG_GRPO_ROLLOUT_THREADS": str(cpu_threads(1)),
            "TOKENIZERS_PARALLELISM": "false"}
     os.environ.update(env)
+    # Ray checks a declared GPU count against CUDA_VISIBLE_DEVICES (an empty value, the usual way to hide GPUs,
+    # fails it); the slots are labels here and no process of this run uses CUDA, so Ray must not see the variable.
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     with open_dict(cfg):
         arr = cfg.actor_rollout_ref
         cfg.trainer.device = "cpu"
