@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from training.config import compose_config, resolve_config
 from training.hardware import (
+    activate_cpu_backend,
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
@@ -44,6 +45,8 @@ def test_auto_device_follows_visible_gpus():
 def test_cpu_backend_config(isolated_backend):
     cfg = resolve_config(compose_config("quickstart", ["model=tiny", "trainer.n_gpus_per_node=2"]), gpu_count=1)
     apply_cpu_backend(cfg)
+    assert os.environ.get("VERL_USE_EXTERNAL_MODULES", "") != "training.cpu_backend"  # config only, no side effects
+    activate_cpu_backend(cfg)
     arr = cfg.actor_rollout_ref
     assert cfg.trainer.device == "cpu" and arr.rollout.name == "transformers"
     assert arr.actor.strategy == arr.ref.strategy == "fsdp2"

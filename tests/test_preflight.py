@@ -15,7 +15,8 @@ from training.train_grpo import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4", "env.preflight.prompts=4",
-         "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8"]
+         "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
+         "env.on_cpu=null"]
 
 
 def test_shared_prefix_sampling_matches_plain_generate(tiny_model_dir, tiny_tokenizer):
@@ -56,7 +57,7 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
     code = run(compose_config("quickstart", SMALL + ["preflight=true"]))
     out = capsys.readouterr().out
     assert code == 0, out
-    for text in ("[check] batch: 16 prompts x 4 samples", "validation set: 4 items", "zero-variance groups",
+    for text in ("batch: 16 prompts x 4 samples", "validation set: 4 items", "zero-variance groups",
                  "answer", "all checks passed"):
         assert text in out
     assert out.count("\n--- ") == 3
@@ -71,7 +72,9 @@ def test_checks_stop_before_anything_starts(tiny_model_dir, capsys):
 @pytest.mark.slow
 def test_cli_runs_the_preflight_without_a_gpu(tiny_model_dir, tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *SMALL, f"hydra.run.dir={tmp_path}"]
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *SMALL, "preflight=true",
+           f"hydra.run.dir={tmp_path}"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "no CUDA GPU is visible" in done.stdout and "all checks passed" in done.stdout
+    assert "[preflight] preflight=true" in done.stdout and "all checks passed" in done.stdout
+    assert "device: cpu" in done.stdout and "ray init" not in done.stdout  # checked, nothing trained

@@ -33,17 +33,17 @@ def cpu_threads(ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(ranks, 1))
 
 
-def apply_cpu_backend(cfg: DictConfig) -> None:
-    """Sets the keys a CPU run needs (in place) and loads the CPU backend in this process and, through the
-    environment, in every Ray worker. Reads trainer.n_gpus_per_node (training ranks, one per logical slot)."""
+def backend_env(cfg: DictConfig) -> dict[str, str]:
+    """Returns the environment every process of a CPU run needs: the backend module, the platform, threads."""
     ranks = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
-    env = {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "training.cpu_backend",
-           "OMP_NUM_THREADS": str(cpu_threads(ranks)), "RG_GRPO_ROLLOUT_THREADS": str(cpu_threads(1)),
-           "TOKENIZERS_PARALLELISM": "false"}
-    os.environ.update(env)
-    # Ray checks a declared GPU count against CUDA_VISIBLE_DEVICES (an empty value, the usual way to hide GPUs,
-    # fails it); the slots are labels here and no process of this run uses CUDA, so Ray must not see the variable.
-    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    return {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "training.cpu_backend",
+            "OMP_NUM_THREADS": str(cpu_threads(ranks)), "RG_GRPO_ROLLOUT_THREADS": str(cpu_threads(1)),
+            "TOKENIZERS_PARALLELISM": "false"}
+
+
+def apply_cpu_backend(cfg: DictConfig) -> None:
+    """Sets the keys a CPU run needs, in place (no side effects: `activate_cpu_backend` does those at launch).
+    Reads trainer.n_gpus_per_node (training ranks, one logical slot each)."""
     with open_dict(cfg):
         arr = cfg.actor_rollout_ref
         cfg.trainer.device = "cpu"
@@ -62,8 +62,17 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 2
         runtime_env = cfg.ray_kwargs.ray_init.setdefault("runtime_env", {})
         env_vars = runtime_env.get("env_vars") or {}
-        runtime_env.env_vars = {**env_vars, **env}
-        cfg.ray_kwargs.ray_init.num_gpus = ranks  # logical slots: verl's resource pools count "GPU"
+        runtime_env.env_vars = {**env_vars, **backend_env(cfg)}
+        cfg.ray_kwargs.ray_init.num_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+
+
+def activate_cpu_backend(cfg: DictConfig) -> None:
+    """At launch, in the driver: exports the backend's environment (Ray workers inherit it) and loads the backend
+    here, so that verl's platform is "cpu" in every process of the run."""
+    os.environ.update(backend_env(cfg))
+    # Ray checks a declared GPU count against CUDA_VISIBLE_DEVICES (an empty value, the usual way to hide GPUs,
+    # fails it); the slots are labels here and no process of this run uses CUDA, so Ray must not see the variable.
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     _load_backend()
 
 

@@ -128,8 +128,11 @@ def launch(cfg: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
+    from training.hardware import activate_cpu_backend
     from training.runner import ReasoningGymTaskRunner
 
+    if cfg.trainer.device == "cpu":
+        activate_cpu_backend(cfg)
     auto_set_device(cfg)
     run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
 
