@@ -71,6 +71,13 @@ def test_contract_verl_branches_on_the_sync_literal():
     assert "self.trainer_mode = self.config.trainer.v1.trainer_mode" in source(PPOTrainer.__init__)
 
 
+def test_contract_replay_buffer_polls_its_public_interval():
+    """A step's rollout wait rounds up to ReplayBuffer.poll_interval (2 s by default); our trainer shortens it."""
+    assert "time.sleep(self.poll_interval)" in source(ReplayBuffer._wait_for_next_poll)
+    assert "self._wait_for_next_poll(" in source(ReplayBuffer.sample)
+    assert "self.replay_buffer = self._build_replay_buffer()" in source(PPOTrainer.__init__)
+
+
 def test_registered_in_verls_registry():
     assert get_trainer_cls(TRAINER_NAME) is ReasoningGymTrainer
     assert issubclass(ReasoningGymTrainer, PPOTrainerSync)
@@ -103,6 +110,7 @@ def trainer(tiny_model_dir):
 def test_runs_as_verls_sync_trainer(trainer):
     assert trainer.config.trainer.v1.trainer_mode == "sync" and trainer.trainer_mode == "sync"
     assert type(trainer.replay_buffer) is ReplayBuffer
+    assert trainer.replay_buffer.poll_interval == trainer.config.env.poll_seconds == 0.05
     assert trainer.total_training_steps == trainer.steps_per_epoch == 20
     assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 20
     assert len(trainer.val_dataset) == 4 and trainer.val_dataloader.batch_size == 4

@@ -47,6 +47,9 @@ class ReasoningGymTrainer(PPOTrainerSync):
         with open_dict(config):
             config.trainer.v1.trainer_mode = VERL_MODE
         super().__init__(config)
+        # verl's replay buffer checks for a finished rollout batch every `poll_interval` (2 s by default), so a
+        # step's generation time rounds up to it; a short poll costs one small TransferQueue query per period.
+        self.replay_buffer.poll_interval = float(config.env.get("poll_seconds", 0.05))
 
     def _init_dataloader(self):
         """Builds the stream and validation loaders; sets what verl's version sets (pinned by a contract test)."""
