@@ -132,6 +132,24 @@ def test_greedy_batch_matches_transformers_generate(tiny_lm):
         assert out.token_ids == reference
 
 
+def test_a_group_shares_its_prefill(tiny_lm):
+    """n copies of a prompt (a GRPO group) are prefilled once; each row still samples on its own."""
+    model, tokenizer = tiny_lm
+    prompts = _prompts(tokenizer)
+    group = [prompts[0]] * 3 + [prompts[1]] * 2
+    greedy = sample_batch(model, group, [10] * 5, SamplingSpec(temperature=0), {-1}, tokenizer.pad_token_id)
+    alone = sample_batch(model, prompts, [10, 10], SamplingSpec(temperature=0), {-1}, tokenizer.pad_token_id)
+    assert [s.token_ids for s in greedy] == [alone[0].token_ids] * 3 + [alone[1].token_ids] * 2
+    sampled = sample_batch(model, group, [10] * 5, SamplingSpec(temperature=1.0), {-1}, tokenizer.pad_token_id,
+                           torch.Generator().manual_seed(0))
+    assert len({tuple(s.token_ids) for s in sampled[:3]}) > 1  # the copies do not sample alike
+    for prompt, out in zip(group, sampled):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + out.token_ids])).logits[0, len(prompt) - 1:-1].float()
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(out.log_probs), expected, atol=1e-4)
+
+
 def test_log_probs_are_the_actors(tiny_lm):
     """Each sampled token's log-prob equals log_softmax(logits / T) of a full forward over prompt + response, the
     quantity verl's actor computes (so training/rollout_probs_diff stays ~0)."""

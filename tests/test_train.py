@@ -143,3 +143,18 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path):
         assert metrics["env/zero_variance_groups"] == 0.0  # verl kept only groups with a signal
         assert metrics["env/samples"] == PROMPTS * SAMPLES
         assert "curriculum/spell_backward/level" in metrics
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path):
+    """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank."""
+    output = train(tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+                   "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")
+    metrics = step_metrics(output, 1)
+    assert metrics["training/rollout_probs_diff_mean"] < 1e-3 and metrics["env/samples"] == PROMPTS * SAMPLES
+    actor = tmp_path / "ckpt" / "global_step_1" / "actor"
+    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]

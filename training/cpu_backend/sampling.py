@@ -69,20 +69,28 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
                  eos_token_ids: set[int], pad_token_id: int, generator: torch.Generator | None = None) -> list[Sampled]:
     """Samples one response per prompt (left-padded batch, one KV cache); returns them in prompt order.
 
-    Each row stops at its first EOS token or at its own `max_new_tokens`; the batch stops when every row has.
+    Identical prompts (a GRPO group's n samples) are prefilled once and their KV cache rows repeated: prefill of
+    ~300-token prompts dominates CPU generation. Each row stops at its first EOS token or at its own
+    `max_new_tokens`; the batch stops when every row has.
     """
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-    for row, ids in enumerate(prompts):
+    unique = list(dict.fromkeys(tuple(p) for p in prompts))
+    rows = torch.tensor([unique.index(tuple(p)) for p in prompts], device=device) if len(unique) < len(prompts) \
+        else None
+    width = max(len(p) for p in unique)
+    input_ids = torch.full((len(unique), width), pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(unique), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(unique):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         mask[row, width - len(ids):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     limits = torch.tensor(max_new_tokens, device=device)
     eos = torch.tensor(sorted(eos_token_ids), device=device)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+    if rows is not None:  # one row per request from here on
+        cache.reorder_cache(rows)
+        input_ids, mask, positions, logits = input_ids[rows], mask[rows], positions[rows], logits[rows]
     tokens, log_probs = [], []
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     seen = input_ids.masked_fill(mask == 0, -1)
