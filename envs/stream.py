@@ -9,7 +9,10 @@ of `W` takes positions w, w+W, ...), and its state is just how far it got plus t
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import hashlib
 import itertools
+import json
 import os
 import sys
 from collections import Counter
@@ -26,7 +29,9 @@ from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_p
 from envs.splits import check_split, item_seed
 from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the state names its mix (fingerprint), so a resume with another mix is refused
+FRESH_START_HINT = ("to start fresh instead: trainer.resume_mode=disable, or a new trainer.experiment_name, or delete "
+                    "the checkpoint folder (trainer.default_local_dir)")
 MAX_CONSECUTIVE_FILTERED = 1000  # a mix whose prompts are (almost) all too long is a config error, not a slow stream
 
 
@@ -36,6 +41,20 @@ def _unit_interval(value: int) -> float:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
     return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+def mix_fingerprint(mix: Mix | str | dict) -> str:
+    """Returns the sha256 of what in a mix decides which prompts a stream yields, the same in every process.
+
+    Covers the tasks in order (key, task, weight, config, start level; the order and the weights pick the task at each
+    position) and the curriculum settings (they move the levels). Not the file name (a copy or a rename is the same
+    mix) and not held_out (validation only). Configs are canonicalised as the stream's own item ids are.
+    """
+    mix = load_mix(mix)
+    canonical = {"tasks": [[s.key, s.task, s.weight, s.config, s.level] for s in mix.tasks],
+                 "curriculum": dataclasses.asdict(mix.curriculum)}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class TaskStream(IterableDataset):
@@ -59,6 +78,7 @@ class TaskStream(IterableDataset):
             raise ValueError(f"on_long_prompt must be 'filter' or 'error', got {on_long_prompt!r}")
         self.tokenizer, self.max_prompt_length, self.on_long_prompt = tokenizer, max_prompt_length, on_long_prompt
         self.curriculum = Curriculum(self.mix)
+        self.mix_fingerprint = mix_fingerprint(self.mix)
         self.stats: Counter = Counter()  # e.g. "filtered_long_prompt/<task>"
         self._cumulative = list(itertools.accumulate(spec.weight for spec in self.mix.tasks))
         self._routed = self._routed_keys(producer_processes)
@@ -187,20 +207,40 @@ class TaskStream(IterableDataset):
         """Returns the next `n` items (advancing the stream)."""
         return list(itertools.islice(iter(self), n))
 
-    # ----- state (torchdata's StatefulDataLoader calls these, in each worker)
+    # ----- state (torchdata's StatefulDataLoader calls these, in each worker; verl saves it as data.pt)
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _STATE_VERSION, "split": self.split, "seed": self.seed, "consumed": self._consumed,
+        return {"version": _STATE_VERSION, "mix": self.mix_fingerprint, "mix_source": self.mix.source,
+                "mix_tasks": self.mix.keys, "split": self.split, "seed": self.seed, "consumed": self._consumed,
                 "curriculum": self.curriculum.state_dict(), "stats": dict(self.stats)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores position and curriculum; refuses state saved for another split or seed."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"stream state version {state.get('version')} != {_STATE_VERSION}")
-        if (state["split"], state["seed"]) != (self.split, self.seed):
+        """Restores position and curriculum; refuses state saved for another mix, split or seed.
+
+        A position means nothing under another mix (other tasks are drawn there), so continuing silently would train
+        on a stream that neither run asked for."""
+        version = state.get("version")
+        if version != _STATE_VERSION:
             raise ValueError(
-                f"stream state was saved for split={state['split']} seed={state['seed']}, "
-                f"this stream is split={self.split} seed={self.seed}"
+                f"stream state version {version} != {_STATE_VERSION}: this checkpoint's data.pt was saved by an "
+                "older rg-grpo whose state does not name its mix, so it cannot be checked against env.mix; "
+                f"{FRESH_START_HINT}"
             )
+        differences = []
+        if state.get("mix") != self.mix_fingerprint:
+            differences.append(
+                f"env.mix: saved {state.get('mix_source')} (tasks {state.get('mix_tasks')}, fingerprint "
+                f"{str(state.get('mix'))[:12]}), now {self.mix.source} (tasks {self.mix.keys}, fingerprint "
+                f"{self.mix_fingerprint[:12]})"
+                + (": weights, configs, levels or curriculum settings changed"
+                   if state.get("mix_tasks") == self.mix.keys else ""))
+        if state.get("seed") != self.seed:
+            differences.append(f"env.seed: saved {state.get('seed')}, now {self.seed}")
+        if state.get("split") != self.split:
+            differences.append(f"split: saved {state.get('split')}, now {self.split}")
+        if differences:
+            raise ValueError("stream state (data.pt) was saved for another stream; "
+                             + "; ".join(differences)
+                             + f". Resume with the saved values, or {FRESH_START_HINT}")
         self._consumed = int(state["consumed"])
         self.curriculum.load_state_dict(state["curriculum"])
         self.stats = Counter(state.get("stats", {}))

@@ -193,5 +193,78 @@ def test_bad_arguments_are_refused():
         TaskStream(EASY, split="val")
     with pytest.raises(ValueError, match="seed must be an integer"):
         TaskStream(EASY, seed=-1)
-    with pytest.raises(ValueError, match="state was saved for split=train seed=1"):
+    with pytest.raises(ValueError, match="env.seed: saved 1, now 2"):
         TaskStream(EASY, seed=2).load_state_dict(TaskStream(EASY, seed=1).state_dict())
+    with pytest.raises(ValueError, match="split: saved train, now validation"):
+        TaskStream(EASY, split="validation").load_state_dict(TaskStream(EASY).state_dict())
+
+
+MIX_A = {"tasks": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 2, "max_terms": 2}},
+                   "spell_backward": {"weight": 1.0}}}
+MIX_B = {"tasks": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 2, "max_terms": 2}},
+                   "spell_backward": {"weight": 2.0}}}  # same tasks, another weight: another stream
+
+
+def test_mix_fingerprint_is_stable_and_covers_what_draws_the_items(tmp_path):
+    from envs.stream import mix_fingerprint
+
+    copy = tmp_path / "renamed.yaml"
+    copy.write_text(EASY.read_text())
+    assert mix_fingerprint(EASY) == mix_fingerprint(copy)  # the content, not the file name
+    code = f"from envs.stream import mix_fingerprint; print(mix_fingerprint({str(EASY)!r}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "PYTHONHASHSEED": "123"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == mix_fingerprint(EASY)  # the same in another process, under another hash seed
+    variants = [MIX_A, MIX_B,
+                {"tasks": dict(reversed(MIX_A["tasks"].items()))},  # order: another task at each position
+                {"tasks": {**MIX_A["tasks"], "chain_sum": {"config": {"min_terms": 2, "max_terms": 3}}}},
+                {"tasks": {**MIX_A["tasks"], "spell_backward": {"level": 0}}},
+                {**MIX_A, "curriculum": {"enabled": True}}]
+    assert len({mix_fingerprint(m) for m in variants}) == len(variants)
+    assert mix_fingerprint({**MIX_A, "held_out": ["number_sorting"]}) == mix_fingerprint(MIX_A)  # validation only
+
+
+def test_state_of_another_mix_is_refused_and_the_same_mix_loads():
+    saved = TaskStream(MIX_A, seed=4)
+    saved.take(5)
+    state = saved.state_dict()
+    assert state["mix"] == saved.mix_fingerprint and state["version"] == 2
+    with pytest.raises(ValueError) as refused:
+        TaskStream(MIX_B, seed=4).load_state_dict(state)
+    message = str(refused.value)
+    assert "env.mix: saved <inline>" in message and "weights, configs, levels or curriculum settings changed" in message
+    assert "trainer.resume_mode=disable" in message and "trainer.experiment_name" in message
+    with pytest.raises(ValueError, match=r"env.mix: .*; env.seed: saved 4, now 5"):
+        TaskStream(EASY, seed=5).load_state_dict(state)
+    same = TaskStream(dict(MIX_A), seed=4)
+    same.load_state_dict(state)
+    assert [digest(x) for x in same.take(3)] == [digest(x) for x in saved.take(3)]
+
+
+def test_old_state_without_a_mix_is_refused_with_the_fix():
+    state = {k: v for k, v in TaskStream(EASY).state_dict().items() if not k.startswith("mix")}
+    state["version"] = 1
+    with pytest.raises(ValueError, match=r"version 1 != 2: .*older rg-grpo.*trainer.resume_mode=disable"):
+        TaskStream(EASY).load_state_dict(state)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_data_pt_of_another_mix_is_refused_through_the_stateful_dataloader(tmp_path, workers):
+    """As verl does: torch.save(loader.state_dict()) to data.pt, then load_state_dict(torch.load(...)) into a new
+    loader; torchdata hands the state to the stream when the loader is first iterated."""
+    loader = StatefulDataLoader(TaskStream(MIX_A, seed=2), batch_size=2, num_workers=workers, collate_fn=collate_fn)
+    batches = []
+    for batch in loader:
+        batches.append(list(batch["index"]))
+        if len(batches) == 3:
+            torch.save(loader.state_dict(), tmp_path / "data.pt")
+        if len(batches) == 4:
+            break
+    other = StatefulDataLoader(TaskStream(MIX_B, seed=2), batch_size=2, num_workers=workers, collate_fn=collate_fn)
+    other.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    with pytest.raises(ValueError, match="stream state \\(data.pt\\) was saved for another stream; env.mix"):
+        next(iter(other))
+    same = StatefulDataLoader(TaskStream(MIX_A, seed=2), batch_size=2, num_workers=workers, collate_fn=collate_fn)
+    same.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    assert list(next(iter(same))["index"]) == batches[3]

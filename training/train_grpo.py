@@ -40,6 +40,7 @@ from training.hardware import (  # noqa: E402
     resolve_device,
     size_ray,
 )
+from training.resume import AlreadyFinished, check_resume  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -94,7 +95,8 @@ def command_line_keys() -> set[str]:
 
 
 def prepare(cfg: DictConfig, visible_gpus: int):
-    """Resolves and checks `cfg` (raises ConfigProblem with every problem); returns the tokenizer.
+    """Resolves and checks `cfg` (raises ConfigProblem with every problem, AlreadyFinished when the experiment's
+    checkpoint is at trainer.total_training_steps); returns the tokenizer.
 
     Reads trainer.device (auto: CUDA when a GPU is visible, else the CPU backend, whose keys are set here)."""
     try:
@@ -117,6 +119,8 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     if device == "cuda" and not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg)
     raise_if_problems(problems, "config check")
+    # training/resume.py: finished experiment -> AlreadyFinished; checkpoint of another mix/model/seed -> ConfigProblem
+    check_resume(cfg, launching=not cfg.get("preflight", False))
     tokenizer = load_tokenizer(cfg)
     check_prompts(cfg, tokenizer)
     print(f"[check] device: {device}; batch: {batch_plan(cfg).describe()}")
@@ -147,6 +151,9 @@ def run(cfg: DictConfig) -> int:
     except ConfigProblem as err:
         print(f"[check] {err}", file=sys.stderr)
         return 2
+    except AlreadyFinished as done:  # nothing to train: say so and exit 0 without starting Ray
+        print(f"[resume] {done}")
+        return 0
     if cfg.get("preflight", False):
         from training.preflight import run_preflight
 
