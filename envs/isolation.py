@@ -6,12 +6,17 @@ options once per frame. A child scores item by item under a SIGALRM timer (stops
 process) and sends compact result tuples back in chunks. If a child falls silent for longer than the timeout (a hang in
 C code), it is killed; results already received are kept, and its unanswered items are replayed one per request in a
 fresh child, so exactly the hanging item scores 0 with the reason "scorer hung ...".
+
+Starting the children costs their Reasoning Gym import (35-46 s seen on step 1 of a loaded machine, and after every
+resume). `warm_up()` starts them in the background, on the dispatcher thread, so that a request arriving meanwhile just
+queues behind the start instead of starting children of its own; envs.verl_reward calls it when verl imports it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import signal
 import threading
 import time
@@ -19,8 +24,10 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any, Iterator
 
-from envs.reward import RESULT_FIELDS, RewardOptions, score_response, zero_result
+from envs.reward import RESULT_FIELDS, RewardOptions, length_key, score_response, zero_result
 from envs.worker_process import WorkerProcess
+
+log = logging.getLogger(__name__)
 
 _CHUNK_SECONDS = 0.05  # a child sends what it has scored at least this often
 _GRACE_SECONDS = 2.0  # extra silence allowed beyond the per-item timeout before a child is killed
@@ -41,7 +48,16 @@ def _failed(request: Request, reason: str) -> dict[str, Any]:
     """A zero result for a request that could not be scored; never raises, whatever the request holds."""
     entry = request[1] if isinstance(request[1], dict) else {}
     metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
-    return zero_result(request[2] or metadata.get("source_dataset"), reason)
+    return zero_result(request[2] or metadata.get("source_dataset"), reason, request[0], request[4])
+
+
+def _row(result: dict[str, Any], request: Request) -> tuple:
+    """A result as it crosses the pipe: RESULT_FIELDS' values, then the length (its key follows from the request)."""
+    return tuple(result[field] for field in RESULT_FIELDS) + (result[length_key(request[4])],)
+
+
+def _unrow(row: tuple, request: Request) -> dict[str, Any]:
+    return {**dict(zip(RESULT_FIELDS, row)), length_key(request[4]): row[-1]}
 
 
 def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:
@@ -60,7 +76,7 @@ def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:
             result = _failed(request, f"could not score: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        chunk.append(tuple(result[field] for field in RESULT_FIELDS))
+        chunk.append(_row(result, request))
         if time.monotonic() - last_sent >= _CHUNK_SECONDS:
             yield chunk
             chunk, last_sent = [], time.monotonic()
@@ -76,6 +92,8 @@ class IsolatedScorer:
         self._lock = threading.Condition()
         self._children: list[WorkerProcess | None] = [None] * processes
         self._closed = False
+        self._warm = False  # warm_up() asked for the children to be started
+        self.starts = 0  # child processes started so far, restarts after a kill included
         self._thread = threading.Thread(target=self._dispatch_forever, name="isolated-scorer", daemon=True)
         self._thread.start()
 
@@ -91,6 +109,20 @@ class IsolatedScorer:
             self._lock.notify()
         return future
 
+    def warm_up(self) -> None:
+        """Starts the child processes in the background and returns at once; idempotent, and safe alongside requests.
+
+        The dispatcher thread starts them, so a request submitted meanwhile waits for those children, never for new ones.
+        """
+        with self._lock:
+            if not self._closed:
+                self._warm = True
+                self._lock.notify()
+
+    def ready_children(self) -> int:
+        """How many child processes are running with their imports done (ready frame received)."""
+        return sum(1 for child in list(self._children) if child is not None and child.ready and child.alive())
+
     def score_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Scores a list of submit() keyword dicts; returns results in order."""
         return [f.result() for f in [self.submit(**r) for r in requests]]
@@ -98,11 +130,17 @@ class IsolatedScorer:
     def _dispatch_forever(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._warm and not self._closed:
                     self._lock.wait()
                 if self._closed:
                     return
+                warm, self._warm = self._warm, False
                 batch, self._pending = self._pending, []
+            if warm:
+                try:
+                    self._start(range(len(self._children)))
+                except BaseException as exc:  # a request will try again, and fail with the reason if it still fails
+                    log.warning("isolated scorer: warm-up failed: %r", exc)
             groups: dict[RewardOptions, list[tuple[Request, Future]]] = {}
             for request, options, future in batch:
                 groups.setdefault(options, []).append((request, future))
@@ -115,18 +153,34 @@ class IsolatedScorer:
                 for (_, future), result in zip(members, results):
                     future.set_result(result)
 
+    def _start(self, indices) -> None:
+        """Starts the missing or dead children among `indices` all at once, then waits until each is ready."""
+        fresh = []
+        for index in indices:
+            child = self._children[index]
+            if child is None or not child.alive():
+                if child is not None:
+                    child.kill()  # reaps it and closes its pipes
+                self._children[index] = WorkerProcess("envs.isolation:_score_frame", env={"PYTHONHASHSEED": "0"})
+                self.starts += 1
+                fresh.append(index)
+        for index in fresh:
+            try:
+                self._children[index].wait_ready()
+            except BaseException:
+                self._children[index].kill()
+                self._children[index] = None
+                raise
+
     def _child(self, index: int) -> WorkerProcess:
-        child = self._children[index]
-        if child is None or not child.alive():
-            child = WorkerProcess("envs.isolation:_score_frame", env={"PYTHONHASHSEED": "0"})
-            child.wait_ready()
-            self._children[index] = child
-        return child
+        self._start([index])
+        return self._children[index]
 
     def _run(self, options: RewardOptions, requests: list[Request]) -> list[dict[str, Any]]:
         share = -(-len(requests) // len(self._children))
         slices = [requests[i:i + share] for i in range(0, len(requests), share)]
         frame_options = asdict(options)
+        self._start(range(len(slices)))  # in parallel: a cold start costs one child's imports, not one per child
         for index, part in enumerate(slices):  # all children work at once
             self._child(index).send((frame_options, part))
         results: list[dict[str, Any]] = []
@@ -151,7 +205,8 @@ class IsolatedScorer:
                 self._children[index] = None
                 return results
             if kind == "item":
-                results += [dict(zip(RESULT_FIELDS, row)) for row in value]
+                done = len(results)
+                results += [_unrow(row, part[done + k]) for k, row in enumerate(value)]
             elif kind == "end":
                 return results
             else:  # the child raised outside a scorer: score the rest 0 with its traceback
@@ -179,6 +234,13 @@ def shared_scorer() -> IsolatedScorer:
             _shared = IsolatedScorer()
             atexit.register(_shared.close)
         return _shared
+
+
+def warm_up() -> IsolatedScorer:
+    """Starts this process's scorer children in the background (see IsolatedScorer.warm_up); returns at once."""
+    scorer = shared_scorer()
+    scorer.warm_up()
+    return scorer
 
 
 async def score_async(**request: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class RewardOptions:
     max_response_chars: int = 200_000  # longer responses score 0 without being parsed
     timeout_s: float = 10.0  # a scorer running longer on one response is stopped and scores 0
     isolate: bool = True  # score in a child process (hang-proof); False scores in-process (exceptions still caught)
-    tokenizer_path: str = ""  # verl passes text only: with an overlong penalty, tokens are counted with this tokenizer
+    tokenizer_path: str = ""  # verl passes text only: response tokens are counted with this tokenizer (model's path)
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RewardOptions:
@@ -88,14 +88,26 @@ def _overlong(response_length: int | None, options: RewardOptions) -> float:
     return options.overlong_penalty * min(max(response_length - start, 0) / options.overlong_buffer, 1.0)
 
 
-RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "response_length", "overlong_penalty",
-                 "task", "pred", "reason")
+# Every result holds these keys and one length key (see length_key).
+RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "overlong_penalty", "task", "pred", "reason")
 
 
-def zero_result(task: str | None, reason: str, response_length: float = 0.0) -> dict[str, Any]:
-    """Returns a result with every RESULT_FIELDS key, scoring 0 for `reason`."""
+def length_key(response_length: int | None) -> str:
+    """`response_length` (tokens) when the tokens were counted, else `response_chars` (characters).
+
+    verl logs every key of the result, so one name must never mean characters in one run and tokens in another; and
+    it builds its per-batch arrays from the first result's keys, so the key depends only on whether tokens are counted.
+    """
+    return "response_length" if response_length is not None else "response_chars"
+
+
+def zero_result(task: str | None, reason: str, response: Any = None, response_length: int | None = None
+                ) -> dict[str, Any]:
+    """Returns a result with every RESULT_FIELDS key and the length key, scoring 0 for `reason`."""
     result = dict.fromkeys(RESULT_FIELDS, 0.0)
-    result.update(task=task, pred=None, reason=reason, response_length=float(response_length))
+    chars = len(response) if isinstance(response, str) else 0
+    length = response_length if response_length is not None else chars
+    result.update({"task": task, "pred": None, "reason": reason, length_key(response_length): float(length)})
     return result
 
 
@@ -109,13 +121,12 @@ def score_response(
 ) -> dict[str, Any]:
     """Scores one response in this process. Never raises on bad responses.
 
-    Returns {score, acc, raw_score, answer_found, format_ok, response_length, overlong_penalty, task, pred, reason}:
-    `acc` is 1.0 only for a fully correct answer; `score` = (raw or binarised) + format bonus - overlong penalty.
-    `response_length` is in tokens when given, else characters are reported.
+    Returns {score, acc, raw_score, answer_found, format_ok, overlong_penalty, task, pred, reason} and the length:
+    `response_length` (the tokens given) or, when none are given, `response_chars`. `acc` is 1.0 only for a fully
+    correct answer; `score` = (raw or binarised) + format bonus - overlong penalty (which needs the tokens).
     """
     task = task or entry["metadata"]["source_dataset"]
-    length = response_length if response_length is not None else len(response) if isinstance(response, str) else 0
-    result = zero_result(task, "", length)
+    result = zero_result(task, "", response, response_length)
     problem = response_problem(response, options.max_response_chars)
     if problem:
         result["reason"] = problem

@@ -82,6 +82,11 @@ class WorkerProcess:
             self.wait_ready()
         return self._receive(timeout)
 
+    @property
+    def ready(self) -> bool:
+        """True once the child's ready frame has arrived: its imports are done."""
+        return self._ready
+
     def alive(self) -> bool:
         return self._proc.poll() is None
 

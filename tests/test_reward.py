@@ -159,3 +159,36 @@ def test_every_task_through_verls_reward_manager(reward_manager, tiny_tokenizer)
             failures.append((task, kind, "answer found"))
         assert isinstance(info["reason"], str) and info["task"] == task
     assert failures == []
+
+
+def test_the_length_key_says_its_unit():
+    """verl logs every key: a length is `response_length` only in tokens, else `response_chars`."""
+    entry = entry_of("chain_sum")
+    text = f"<answer>{entry['answer']}</answer>"
+    chars = score_response(text, entry)
+    assert chars["response_chars"] == len(text) and "response_length" not in chars
+    tokens = score_response(text, entry, response_length=7)
+    assert tokens["response_length"] == 7 and "response_chars" not in tokens
+    assert "response_chars" in score_response(None, entry) and "response_length" in score_response("", entry, response_length=0)
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_compute_score_counts_tokens_with_the_tokenizer(tiny_model_dir, tiny_tokenizer, isolate):
+    from envs.verl_reward import compute_score
+
+    entry = entry_of("chain_sum")
+    extra = {"entry": entry, "task": "sums", "task_name": "chain_sum", "config": {}}
+    texts = [f"<think>adding 12 + 7</think>\n<answer>{entry['answer']}</answer>", "", "no tags at all \ud800 here"]
+
+    async def run(**kwargs):
+        return await asyncio.gather(*[compute_score("reasoning_gym/chain_sum", t, entry["answer"], extra,
+                                                    isolate=isolate, **kwargs) for t in texts])
+
+    counted = asyncio.run(run(tokenizer_path=str(tiny_model_dir)))
+    expected = [len(tiny_tokenizer.encode(texts[0], add_special_tokens=False)), 0]
+    assert [r["response_length"] for r in counted[:2]] == expected and expected[0] > 0
+    assert counted[2]["response_length"] > 0 and counted[2]["score"] == 0.0  # invalid Unicode: counted, scored 0
+    assert all("response_chars" not in r for r in counted) and counted[0]["score"] == 1.0
+    assert [r["response_chars"] for r in asyncio.run(run())] == [float(len(t)) for t in texts]
+    with pytest.raises(ValueError, match="needs the tokenizer_path"):
+        asyncio.run(run(max_response_length=100, overlong_buffer=20))
