@@ -10,6 +10,7 @@ scorer's child processes in the background, so that step 1 (and the first step a
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -49,13 +50,26 @@ def count_tokens(tokenizer_path: str, text: Any) -> int:
         return _token_counter(tokenizer_path)(text.encode("utf-8", "replace").decode("utf-8"))
 
 
+def with_decoded_entry(extra_info: dict | None) -> dict | None:
+    """Returns `extra_info` with its `entry`: an item read from a file written by envs.to_parquet carries the entry as
+    JSON text (`entry_json`, see envs.entry_json); a stream item carries it as is and is returned unchanged."""
+    if extra_info and "entry" not in extra_info and isinstance(extra_info.get("entry_json"), str):
+        from envs.entry_json import decode_entry
+
+        return {**extra_info, "entry": decode_entry(extra_info["entry_json"])}
+    return extra_info
+
+
 async def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
                         **reward_kwargs: Any) -> dict[str, Any]:
     """Returns envs.reward.score_response's dict for one response, scored against the entry in `extra_info`.
 
     With `tokenizer_path` the length is `response_length` in tokens (re-tokenised text: verl passes no token count);
-    without, it is `response_chars`.
+    without, it is `response_chars`. `score_seconds` is this call's own wall time (what our reward costs a step,
+    without verl's reward-loop hops around it).
     """
+    start = time.perf_counter()
+    extra_info = with_decoded_entry(extra_info)
     if not extra_info or "entry" not in extra_info:
         raise ValueError(
             f"compute_score: extra_info of a '{data_source}' item has no 'entry'; this reward needs items from "
@@ -70,4 +84,5 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
                "response_length": length}
     result = await score_async(**request) if options.isolate else score_response(**request)
     result["task"] = extra_info.get("task", result["task"])  # the mix key, so metrics follow the mix's names
+    result["score_seconds"] = time.perf_counter() - start
     return result

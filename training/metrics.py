@@ -2,6 +2,7 @@
 
 Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples}, env/{reward,accuracy,answer_rate},
 env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
+timing/score_max (the slowest response's time in our reward function),
 curriculum/<task>/level. The same function serves the trainer and the preflight, so both report alike.
 """
 
@@ -23,6 +24,7 @@ class SampleRecord:
     accuracy: float  # 1.0 if fully correct
     answer_found: float  # 1.0 if an <answer> block was extracted
     response_length: float  # tokens
+    score_seconds: float = 0.0  # wall time of our reward function for this response
 
 
 def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float) -> SampleRecord:
@@ -30,7 +32,8 @@ def record_from_reward(task: str, group: str, reward_info: Mapping, score: float
     return SampleRecord(task=str(task), group=str(group), score=float(score),
                         accuracy=float(reward_info.get("acc", 0.0) or 0.0),
                         answer_found=float(reward_info.get("answer_found", 0.0) or 0.0),
-                        response_length=float(response_length))
+                        response_length=float(response_length),
+                        score_seconds=float(reward_info.get("score_seconds", 0.0) or 0.0))
 
 
 def zero_variance_fraction(records: Iterable[SampleRecord]) -> float:
@@ -59,6 +62,8 @@ def env_metrics(records: list[SampleRecord]) -> dict[str, float]:
         metrics[f"{prefix}/response_length"] = fmean(r.response_length for r in group)
         metrics[f"{prefix}/samples"] = float(len(group))
     metrics["env/zero_variance_groups"] = zero_variance_fraction(records)
+    if records:
+        metrics["timing/score_max"] = max(r.score_seconds for r in records)  # our reward function, slowest response
     return metrics
 
 
