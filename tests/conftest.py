@@ -13,6 +13,21 @@ REPO = Path(__file__).resolve().parents[1]
 MIXES = REPO / "configs" / "mix"
 
 
+# A training run that takes ~2 minutes on 2 CPU cores: tiny model, 2 prompts x 4 samples, 24-token responses.
+TINY_RUN = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "data.max_prompt_length=768",
+            "data.max_response_length=24", "env.validation_size=4", "trainer.test_freq=-1",
+            "trainer.val_before_train=false", "trainer.logger=[console]"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run() -> list[str]:
+    """Hydra overrides for a short real training run on the tiny model (see TINY_RUN)."""
+    return list(TINY_RUN)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

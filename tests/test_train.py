@@ -21,15 +21,11 @@ DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=
 
 def train(run_dir: Path, device: str, steps: int, *overrides: str, config: str = "quickstart") -> str:
     """Runs train_grpo.py in a new process; returns its output (asserting exit 0)."""
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, "model=tiny", f"trainer.device={device}",
-           f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={SAMPLES}",
-           f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-           "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-           "data.max_prompt_length=768", "data.max_response_length=24", "env.validation_size=4",
-           f"trainer.total_training_steps={steps}", "trainer.save_freq=2", "trainer.test_freq=-1",
-           "trainer.val_before_train=false", "trainer.logger=[console]",
+    from conftest import TINY_RUN
+
+    assert f"data.train_batch_size={PROMPTS}" in TINY_RUN and f"actor_rollout_ref.rollout.n={SAMPLES}" in TINY_RUN
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, *TINY_RUN, f"trainer.device={device}",
+           f"trainer.total_training_steps={steps}", "trainer.save_freq=2",
            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
            f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
