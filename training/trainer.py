@@ -4,14 +4,16 @@ Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mo
 - `_init_dataloader` (the one private method replaced; verl's needs a dataset with len()): the stream and the fixed
   validation list become StatefulDataLoaders, so verl's checkpoint saves the stream state (with the curriculum) in
   `global_step_N/data.pt` and `trainer.resume_mode=auto` continues the stream where it stopped;
-- `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics
-  and feed the curriculum, before verl saves the checkpoint of that step.
+- `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics,
+  feed the curriculum and dump a few groups with their reward fields (training/generations.py, `env.dump`), before
+  verl saves the checkpoint of that step.
 Everything else, hooks included, is verl's PPOTrainerSync.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -25,6 +27,7 @@ from training.data import (
     build_val_dataloader,
     build_validation_items,
 )
+from training.generations import DumpSettings, dump_step
 from training.metrics import curriculum_metrics, env_metrics, record_from_reward, scores_by_task
 
 TRAINER_NAME = "reasoning_gym"
@@ -50,6 +53,7 @@ class ReasoningGymTrainer(PPOTrainerSync):
         # verl's replay buffer checks for a finished rollout batch every `poll_interval` (2 s by default), so a
         # step's generation time rounds up to it; a short poll costs one small TransferQueue query per period.
         self.replay_buffer.poll_interval = float(config.env.get("poll_seconds", 0.05))
+        self.dump_settings = DumpSettings.from_config(config)
 
     def _init_dataloader(self):
         """Builds the stream and validation loaders; sets what verl's version sets (pinned by a contract test)."""
@@ -86,11 +90,16 @@ class ReasoningGymTrainer(PPOTrainerSync):
         return batch
 
     def env_feedback(self, batch) -> dict[str, float]:
-        """Reads the scores of the step's non-padding responses from TransferQueue and applies them."""
+        """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        metrics = self.apply_feedback(read_records(keys, batch.partition_id) if keys else [])
+        records = read_records(keys, batch.partition_id) if keys else []
+        metrics = self.apply_feedback(records)
         if keys:
             metrics.update(reward_seconds(keys, batch.partition_id))
+            start = time.perf_counter()
+            dump_step(self.dump_settings, getattr(self, "global_steps", 0), keys, records, batch.partition_id,
+                      self.tokenizer)
+            metrics["timing/generation_dump"] = time.perf_counter() - start
         return metrics
 
     def apply_feedback(self, records) -> dict[str, float]:
