@@ -92,10 +92,10 @@ class ReasoningGymTrainer(PPOTrainerSync):
     def env_feedback(self, batch) -> dict[str, float]:
         """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        records = read_records(keys, batch.partition_id) if keys else []
+        records, reward_timing = read_records(keys, batch.partition_id) if keys else ([], {})
         metrics = self.apply_feedback(records)
+        metrics.update(reward_timing)
         if keys:
-            metrics.update(reward_seconds(keys, batch.partition_id))
             start = time.perf_counter()
             dump_step(self.dump_settings, getattr(self, "global_steps", 0), keys, records, batch.partition_id,
                       self.tokenizer)
@@ -116,13 +116,16 @@ class ReasoningGymTrainer(PPOTrainerSync):
         return metrics
 
 
-def read_records(keys: list[str], partition_id: str):
-    """Returns SampleRecords for `keys` from TransferQueue (uid, extra_info, reward extra info, scores, lengths).
+def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, float]]:
+    """Reads the step's responses from TransferQueue in one query; returns their SampleRecords (uid, extra_info,
+    reward extra info, score, token length) and timing/reward_{mean,max}.
 
+    timing/reward_* are seconds from a response's scoring request to its score (Ray queueing included), as verl's
+    agent loop measured them; scoring overlaps generation, so the max, not a sum, is what compares with the step.
     Non-tensor fields read by key come back as tensordict `LinkedList`s (no `.tolist()`): read them with list().
     """
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
-                           select_fields=["uid", "extra_info", "extra_fields", "rm_scores", "responses"])
+                           select_fields=["uid", "extra_info", "extra_fields", "rm_scores", "responses", "metrics"])
     scores = data["rm_scores"].sum(dim=1).tolist()
     lengths = data["responses"].offsets().diff().tolist()
     uids, extra_infos, extra_fields = list(data["uid"]), list(data["extra_info"]), list(data["extra_fields"])
@@ -130,15 +133,6 @@ def read_records(keys: list[str], partition_id: str):
     for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
         reward_info = (fields or {}).get("reward_extra_info", {}) if isinstance(fields, dict) else {}
         records.append(record_from_reward(info.get("task", "unknown"), uid, reward_info, score, length))
-    return records
-
-
-def reward_seconds(keys: list[str], partition_id: str) -> dict[str, float]:
-    """Returns timing/reward_{mean,max}: seconds from a response's scoring request to its score (Ray queueing
-    included), as verl's agent loop measured them. Scoring overlaps generation, so the max, not a sum, is what
-    compares with the step time."""
-    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["metrics"])
     seconds = [float((m or {}).get("compute_score", 0.0)) for m in list(data["metrics"])]
-    if not seconds:
-        return {}
-    return {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)}
+    timing = {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)} if seconds else {}
+    return records, timing
