@@ -14,26 +14,11 @@ from collections import deque
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-from reasoning_gym.factory import create_curriculum, has_curriculum
+from reasoning_gym.factory import create_curriculum
 
 from envs.generation import config_key
 from envs.mix import Mix
-from envs.tasks import RESERVED_CONFIG_KEYS
-
-
-def max_level(task: str) -> int:
-    """Returns the highest level of the task's curriculum (the longest attribute's last index)."""
-    return max(len(attr.levels) - 1 for attr in create_curriculum(task).attributes.values())
-
-
-def check_level(task: str, level: Any, where: str = "") -> int:
-    """Returns `level` if the task has a curriculum and the level is in range; else raises ValueError."""
-    if not has_curriculum(task):
-        raise ValueError(f"{where}task '{task}' has no Reasoning Gym curriculum; remove `level` and set `config`")
-    top = max_level(task)
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= top:
-        raise ValueError(f"{where}task '{task}': level must be an integer in 0..{top}, got {level!r}")
-    return level
+from envs.tasks import RESERVED_CONFIG_KEYS, check_level, max_level
 
 
 @lru_cache(maxsize=1024)

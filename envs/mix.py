@@ -9,6 +9,10 @@ loaded, so that a typo fails before any process starts:
       spell_backward: {weight: 1.0, level: 0}                           # config from RG's curriculum at level 0
     held_out: [number_sorting]          # evaluated, never trained on
     curriculum: {enabled: true, window: 64, promote_at: 0.7, demote_at: 0.3, min_samples: 32}
+    sampler: {strategy: learnability, signal: advantage, window: 64, temperature: 0.1, exploration: 0.5, floor: 0.1}
+
+Dependencies run one way: tasks <- mix <- curriculum (levels per task), mix <- sampler (shares across tasks), and the
+stream uses both. This module validates the settings of both; the rules that act on them live in their own modules.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from typing import Any, Mapping
 
 import yaml
 
-from envs.tasks import check_task_name, validate_task_config
+from envs.tasks import check_level, check_task_name, validate_task_config
 
 _TASK_KEYS = {"task", "weight", "config", "level"}
-_MIX_KEYS = {"tasks", "held_out", "curriculum"}
+_MIX_KEYS = {"tasks", "held_out", "curriculum", "sampler"}
+SAMPLER_STRATEGIES = ("uniform", "learnability")
+SAMPLER_SIGNALS = ("advantage", "variance")
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,29 @@ class CurriculumSettings:
 
 
 @dataclass(frozen=True)
+class SamplerSettings:
+    """How each task's share of the training stream follows what the trainer observes (see envs.sampler)."""
+
+    strategy: str = "uniform"  # "uniform": the declared weights, fixed; "learnability": shares follow the signal
+    signal: str = "advantage"  # "advantage": mean |GRPO advantage| of a group; "variance": 1 if its scores differ
+    window: int = 64  # how many recent groups per task the signal averages
+    temperature: float = 0.1  # softmax temperature over signal + exploration bonus; larger = closer to the prior
+    exploration: float = 0.5  # UCB bonus coefficient: c * sqrt(ln(1 + groups in all windows) / (1 + task's groups))
+    floor: float = 0.1  # every task keeps at least floor x its declared share of the stream
+
+    @property
+    def reweights(self) -> bool:
+        return self.strategy != "uniform"
+
+
+@dataclass(frozen=True)
 class Mix:
     """A validated mix: tasks with weights, held-out task names and curriculum settings."""
 
     tasks: tuple[TaskSpec, ...]
     held_out: tuple[str, ...] = ()
     curriculum: CurriculumSettings = CurriculumSettings()
+    sampler: SamplerSettings = SamplerSettings()
     source: str = "<inline>"  # file the mix came from, for error messages
 
     def task(self, key: str) -> TaskSpec:
@@ -99,7 +122,8 @@ def _parse_mix(data: Mapping[str, Any], where: str) -> Mix:
     for name in held_out:
         if name in trained:
             raise ValueError(f"{where}: task '{name}' is both trained on and held out; remove it from one of them")
-    return Mix(specs, held_out, _parse_curriculum(data.get("curriculum") or {}, where), where)
+    return Mix(specs, held_out, _parse_curriculum(data.get("curriculum") or {}, where),
+               _parse_sampler(data.get("sampler") or {}, where), where)
 
 
 def _parse_task(key: str, value: Any, where: str) -> TaskSpec:
@@ -116,8 +140,6 @@ def _parse_task(key: str, value: Any, where: str) -> TaskSpec:
     config = validate_task_config(task, dict(value.get("config") or {}), f"{where}: tasks.{key}: ")
     level = value.get("level")
     if level is not None:
-        from envs.curriculum import check_level  # curriculum imports mix; import here to avoid a cycle
-
         check_level(task, level, f"{where}: tasks.{key}.level: ")
     return TaskSpec(key, task, float(weight), config, level)
 
@@ -136,3 +158,39 @@ def _parse_curriculum(value: Mapping[str, Any], where: str) -> CurriculumSetting
     if settings.window < 1 or not 1 <= settings.min_samples <= settings.window:
         raise ValueError(f"{where}: curriculum: need window >= 1 and 1 <= min_samples <= window")
     return settings
+
+
+def _parse_sampler(value: Any, where: str) -> SamplerSettings:
+    fields = {f.name: f for f in dataclasses.fields(SamplerSettings)}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: sampler must be a mapping like {{strategy: learnability, window: 64}}, got {value!r}")
+    unknown = set(value) - set(fields)
+    if unknown:
+        raise ValueError(f"{where}: sampler: unknown key(s) {sorted(unknown)}; allowed: {sorted(fields)}")
+    strategy = value.get("strategy", "uniform")
+    if strategy not in SAMPLER_STRATEGIES:
+        raise ValueError(f"{where}: sampler.strategy must be one of {list(SAMPLER_STRATEGIES)}, got {strategy!r}")
+    signal = value.get("signal", "advantage")
+    if signal not in SAMPLER_SIGNALS:
+        raise ValueError(f"{where}: sampler.signal must be one of {list(SAMPLER_SIGNALS)}, got {signal!r}")
+
+    def number(name: str, low: float, high: float, low_open: bool, high_open: bool, integer: bool = False) -> Any:
+        x = value.get(name, fields[name].default)
+        kind = int if integer else (int, float)
+        ok = not isinstance(x, bool) and isinstance(x, kind) and math.isfinite(x)
+        ok = ok and (x > low if low_open else x >= low) and (x < high if high_open else x <= high)
+        if not ok:
+            interval = f"{'(' if low_open else '['}{low}, {'inf' if math.isinf(high) else high}{')' if high_open else ']'}"
+            what = "an integer" if integer else "a finite number"
+            raise ValueError(f"{where}: sampler.{name} must be {what} in {interval}, got {x!r} (default "
+                             f"{fields[name].default})")
+        return x
+
+    return SamplerSettings(
+        strategy=strategy,
+        signal=signal,
+        window=number("window", 1, math.inf, False, True, integer=True),
+        temperature=float(number("temperature", 0.0, math.inf, True, True)),
+        exploration=float(number("exploration", 0.0, math.inf, False, True)),
+        floor=float(number("floor", 0.0, 1.0, False, False)),
+    )

@@ -1,9 +1,15 @@
 """The task stream: an endless torch IterableDataset of Reasoning Gym prompts in verl's dataset item format.
 
-Item `position` of a (split, seed) stream is a pure function of those three and the task's current config: the task
-is picked from the mix weights by a hash of the item seed, and the entry is generated from its own seed (envs.splits).
-So the stream is the same in every process, under any PYTHONHASHSEED and any number of dataloader workers (worker `w`
-of `W` takes positions w, w+W, ...), and its state is just how far it got plus the curriculum.
+Item `position` of a (split, seed) stream is a pure function of those three, the task weights and the task's current
+config: the task is picked by a hash of the item seed against the cumulative weights, and the entry is generated from
+its own seed (envs.splits). So the stream is the same in every process, under any PYTHONHASHSEED and any number of
+dataloader workers (worker `w` of `W` takes positions w, w+W, ...), and its state is just how far it got plus the
+curriculum (levels) and the task sampler (weights).
+
+Weights: with the mix's default `sampler: {strategy: uniform}` they are the declared weights, always (the draw is the
+same arithmetic as before the sampler existed, so the items are byte-identical). With `strategy: learnability` they are
+the sampler's shares at the moment the stream reads the position: a `sampler.update` takes effect from the next
+position read after it. Validation and evaluation streams always use the declared weights.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from envs.curriculum import Curriculum
 from envs.generation import config_key, generate_entry
 from envs.mix import Mix, load_mix
 from envs.producer import Producer
+from envs.sampler import TaskSampler
 from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_prompt
 from envs.splits import check_split, item_seed
 from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
 
-_STATE_VERSION = 2  # 2: the state names its mix (fingerprint), so a resume with another mix is refused
+# 2: the state names its mix (fingerprint), so a resume with another mix is refused. The "sampler" entry (windows of
+# the task sampler) was added without a new version: a version-2 state without it can only come from a mix without a
+# sampler section (the fingerprint covers a non-uniform sampler), whose draw does not depend on sampler state.
+_STATE_VERSION = 2
 FRESH_START_HINT = ("to start fresh instead: trainer.resume_mode=disable, or a new trainer.experiment_name, or delete "
                     "the checkpoint folder (trainer.default_local_dir)")
 MAX_CONSECUTIVE_FILTERED = 1000  # a mix whose prompts are (almost) all too long is a config error, not a slow stream
@@ -47,12 +57,16 @@ def mix_fingerprint(mix: Mix | str | dict) -> str:
     """Returns the sha256 of what in a mix decides which prompts a stream yields, the same in every process.
 
     Covers the tasks in order (key, task, weight, config, start level; the order and the weights pick the task at each
-    position) and the curriculum settings (they move the levels). Not the file name (a copy or a rename is the same
-    mix) and not held_out (validation only). Configs are canonicalised as the stream's own item ids are.
+    position), the curriculum settings (they move the levels) and a non-uniform sampler's settings (they move the
+    weights; a uniform sampler adds nothing, so mixes without a sampler keep their fingerprint). Not the file name (a
+    copy or a rename is the same mix) and not held_out (validation only). Configs are canonicalised as the stream's own
+    item ids are.
     """
     mix = load_mix(mix)
     canonical = {"tasks": [[s.key, s.task, s.weight, s.config, s.level] for s in mix.tasks],
                  "curriculum": dataclasses.asdict(mix.curriculum)}
+    if mix.sampler.reweights:
+        canonical["sampler"] = dataclasses.asdict(mix.sampler)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -78,6 +92,9 @@ class TaskStream(IterableDataset):
             raise ValueError(f"on_long_prompt must be 'filter' or 'error', got {on_long_prompt!r}")
         self.tokenizer, self.max_prompt_length, self.on_long_prompt = tokenizer, max_prompt_length, on_long_prompt
         self.curriculum = Curriculum(self.mix)
+        # validation and evaluation are never reweighted: their sampler is uniform whatever the mix declares
+        self.sampler = TaskSampler(self.mix, None if self.split == "train" else dataclasses.replace(
+            self.mix.sampler, strategy="uniform"))
         self.mix_fingerprint = mix_fingerprint(self.mix)
         self.stats: Counter = Counter()  # e.g. "filtered_long_prompt/<task>"
         self._cumulative = list(itertools.accumulate(spec.weight for spec in self.mix.tasks))
@@ -101,9 +118,13 @@ class TaskStream(IterableDataset):
 
     # ----- what sits at a position
     def task_at(self, position: int) -> str:
-        """Returns the mix key drawn at `position` (independent of curriculum levels)."""
-        u = _unit_interval(item_seed(self.split, self.seed, position)) * self._cumulative[-1]
-        return self.mix.tasks[min(bisect.bisect_right(self._cumulative, u), len(self._cumulative) - 1)].key
+        """Returns the mix key drawn at `position` under the weights in effect now (independent of curriculum levels).
+
+        The same hash of the item seed is compared with the cumulative weights: the declared ones (uniform sampler),
+        or the sampler's current shares (learnability), which change only when the sampler is updated."""
+        cumulative = self.sampler.cumulative() if self.sampler.reweights else self._cumulative
+        u = _unit_interval(item_seed(self.split, self.seed, position)) * cumulative[-1]
+        return self.mix.tasks[min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)].key
 
     def _request(self, position: int) -> tuple[str, dict, tuple, tuple]:
         key = self.task_at(position)
@@ -159,10 +180,10 @@ class TaskStream(IterableDataset):
         info = get_worker_info()
         if info is None:
             return 0, 1
-        if self.mix.curriculum.enabled:
+        if self.mix.curriculum.enabled or self.sampler.reweights:
             raise RuntimeError(
-                "a curriculum needs the stream in the trainer process: set data.dataloader_num_workers=0 (slow tasks "
-                "are still generated ahead in envs' producer processes)"
+                "a curriculum or a learnability sampler needs the stream in the trainer process: set "
+                "data.dataloader_num_workers=0 (slow tasks are still generated ahead in envs' producer processes)"
             )
         return info.id, info.num_workers
 
@@ -211,10 +232,11 @@ class TaskStream(IterableDataset):
     def state_dict(self) -> dict[str, Any]:
         return {"version": _STATE_VERSION, "mix": self.mix_fingerprint, "mix_source": self.mix.source,
                 "mix_tasks": self.mix.keys, "split": self.split, "seed": self.seed, "consumed": self._consumed,
-                "curriculum": self.curriculum.state_dict(), "stats": dict(self.stats)}
+                "curriculum": self.curriculum.state_dict(), "sampler": self.sampler.state_dict(),
+                "stats": dict(self.stats)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores position and curriculum; refuses state saved for another mix, split or seed.
+        """Restores position, curriculum and sampler; refuses state saved for another mix, split or seed.
 
         A position means nothing under another mix (other tasks are drawn there), so continuing silently would train
         on a stream that neither run asked for."""
@@ -231,7 +253,7 @@ class TaskStream(IterableDataset):
                 f"env.mix: saved {state.get('mix_source')} (tasks {state.get('mix_tasks')}, fingerprint "
                 f"{str(state.get('mix'))[:12]}), now {self.mix.source} (tasks {self.mix.keys}, fingerprint "
                 f"{self.mix_fingerprint[:12]})"
-                + (": weights, configs, levels or curriculum settings changed"
+                + (": weights, configs, levels, curriculum or sampler settings changed"
                    if state.get("mix_tasks") == self.mix.keys else ""))
         if state.get("seed") != self.seed:
             differences.append(f"env.seed: saved {state.get('seed')}, now {self.seed}")
@@ -243,6 +265,7 @@ class TaskStream(IterableDataset):
                              + f". Resume with the saved values, or {FRESH_START_HINT}")
         self._consumed = int(state["consumed"])
         self.curriculum.load_state_dict(state["curriculum"])
+        self.sampler.load_state_dict(state.get("sampler", {}))
         self.stats = Counter(state.get("stats", {}))
 
     def __getstate__(self) -> dict[str, Any]:

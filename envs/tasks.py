@@ -10,7 +10,7 @@ import difflib
 from functools import lru_cache
 from typing import Any
 
-from reasoning_gym.factory import DATASETS
+from reasoning_gym.factory import DATASETS, create_curriculum, has_curriculum
 
 # Keys we own: Reasoning Gym configs have them too, but the stream sets them per item.
 RESERVED_CONFIG_KEYS = frozenset({"seed", "size"})
@@ -98,3 +98,18 @@ def validate_task_config(name: str, config: dict[str, Any], where: str = "") -> 
 if __name__ == "__main__":
     for task in all_tasks():
         print(f"{task_category(task):12s} {task}")
+
+
+def max_level(task: str) -> int:
+    """Returns the highest level of the task's Reasoning Gym curriculum (the longest attribute's last index)."""
+    return max(len(attr.levels) - 1 for attr in create_curriculum(task).attributes.values())
+
+
+def check_level(task: str, level: Any, where: str = "") -> int:
+    """Returns `level` if the task has a curriculum and the level is in range; else raises ValueError."""
+    if not has_curriculum(task):
+        raise ValueError(f"{where}task '{task}' has no Reasoning Gym curriculum; remove `level` and set `config`")
+    top = max_level(task)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= top:
+        raise ValueError(f"{where}task '{task}': level must be an integer in 0..{top}, got {level!r}")
+    return level

@@ -233,7 +233,7 @@ def test_state_of_another_mix_is_refused_and_the_same_mix_loads():
     with pytest.raises(ValueError) as refused:
         TaskStream(MIX_B, seed=4).load_state_dict(state)
     message = str(refused.value)
-    assert "env.mix: saved <inline>" in message and "weights, configs, levels or curriculum settings changed" in message
+    assert "env.mix: saved <inline>" in message and "weights, configs, levels, curriculum or sampler settings changed" in message
     assert "trainer.resume_mode=disable" in message and "trainer.experiment_name" in message
     with pytest.raises(ValueError, match=r"env.mix: .*; env.seed: saved 4, now 5"):
         TaskStream(EASY, seed=5).load_state_dict(state)
@@ -268,3 +268,18 @@ def test_data_pt_of_another_mix_is_refused_through_the_stateful_dataloader(tmp_p
     same = StatefulDataLoader(TaskStream(MIX_A, seed=2), batch_size=2, num_workers=workers, collate_fn=collate_fn)
     same.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
     assert list(next(iter(same))["index"]) == batches[3]
+
+
+def test_state_carries_the_sampler_and_a_learnability_state_is_refused_by_a_uniform_mix():
+    learn = {**MIX_A, "sampler": {"strategy": "learnability"}}
+    saved = TaskStream(learn, seed=4)
+    saved.take(3)
+    saved.sampler.update({"chain_sum": [[1.0, 0.0]] * 4})
+    state = saved.state_dict()
+    assert state["version"] == 2 and state["sampler"]["windows"]["chain_sum"] and state["sampler"]["updates"] == 1
+    with pytest.raises(ValueError, match="env.mix: saved <inline>.*curriculum or sampler settings changed"):
+        TaskStream(MIX_A, seed=4).load_state_dict(state)
+    same = TaskStream(learn, seed=4)
+    same.load_state_dict(state)
+    assert same.sampler.weights() == saved.sampler.weights()
+    assert [digest(x) for x in same.take(3)] == [digest(x) for x in saved.take(3)]

@@ -71,3 +71,31 @@ def test_every_shipped_mix_loads(path):
     mix = load_mix(path)
     assert mix.tasks and all(spec.weight > 0 for spec in mix.tasks)
     assert not set(mix.held_out) & {spec.task for spec in mix.tasks}
+
+
+def test_sampler_section_is_validated_like_the_rest_of_the_mix():
+    mix = load_mix({"tasks": {"chain_sum": {}}, "sampler": {"strategy": "learnability", "window": 32, "floor": 0.2}})
+    assert (mix.sampler.strategy, mix.sampler.window, mix.sampler.floor, mix.sampler.reweights) == \
+        ("learnability", 32, 0.2, True)
+    assert load_mix({"tasks": {"chain_sum": {}}}).sampler.strategy == "uniform"
+    with pytest.raises(ValueError, match=r"sampler.temperature must be a finite number in \(0.0, inf\)"):
+        load_mix({"tasks": {"chain_sum": {}}, "sampler": {"strategy": "learnability", "temperature": -1}})
+
+
+def test_envs_modules_depend_one_way():
+    """tasks <- mix <- curriculum, mix <- sampler; the stream uses both. No module imports one that imports it."""
+    import ast
+
+    envs = Path(__file__).resolve().parents[1] / "envs"
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((envs / f"{name}.py").read_text())
+        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        return {m.split(".", 1)[1] for m in found if m.startswith("envs.")}
+
+    assert imports("mix") == {"tasks"}
+    assert "mix" in imports("curriculum") and not {"sampler", "stream"} & imports("curriculum")
+    assert "mix" in imports("sampler") and not {"curriculum", "stream"} & imports("sampler")
+    assert {"curriculum", "sampler", "mix"} <= imports("stream")
+    assert not {"mix", "curriculum", "sampler", "stream"} & imports("tasks")
