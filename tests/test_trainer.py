@@ -167,3 +167,85 @@ def test_curriculum_feedback_moves_levels_and_is_saved_in_data_pt(tmp_path, tiny
 def test_total_training_steps_is_required(tiny_model_dir):
     with pytest.raises(ValueError, match="total_training_steps must be set"):
         build_trainer("trainer.total_training_steps=null")
+
+
+# ----- the task sampler and the groups verl drops under dynamic sampling
+def test_contract_verl_clears_dropped_groups_through_one_method():
+    """training.trainer.ObservingReplayBuffer reads groups in `_clear_groups` before verl deletes them."""
+    assert list(inspect.signature(ReplayBuffer._clear_groups).parameters) == ["self", "partition_id", "uids"]
+    clear = source(ReplayBuffer._clear_groups)
+    assert 'key.split("_")[0] in uids' in clear and "self.partitions[partition_id]" in clear
+    assert clear.index("tq.kv_clear(") < clear.index("del self.partitions[partition_id][key]")
+    assert "self._clear_groups(partition_id, evicted_uids)" in source(ReplayBuffer._evict_terminal_groups)
+    assert "self._clear_groups(partition_id, surplus_uids)" in source(ReplayBuffer.sample)
+    assert "self.finished_keys: dict[str, set] = defaultdict(set)" in source(ReplayBuffer.__init__)
+    # the evicted uids come from finished groups only (failed ones are partial)
+    assert "finished_uids = self.finished_keys[partition_id]" in source(ReplayBuffer._dapo_filtered_keys)
+
+
+LEARN_MIX = ("tasks:\n  chain_sum: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
+             "  spell_backward: {weight: 1.0, config: {min_word_len: 3, max_word_len: 4}}\n"
+             "sampler: {strategy: learnability, window: 8, temperature: 0.1, exploration: 0.0, floor: 0.2}\n")
+
+
+def group(task, uid, scores):
+    return [SampleRecord(task, uid, float(s), float(s), 1.0, 10.0) for s in scores]
+
+
+def test_dropped_groups_are_read_before_verl_clears_them(tiny_model_dir, monkeypatch, tmp_path):
+    from training import trainer as trainer_module
+    from verl.trainer.ppo.v1 import replay_buffer as replay_module
+
+    mix = tmp_path / "learn.yaml"
+    mix.write_text(LEARN_MIX)
+    dapo = build_trainer("algorithm.filter_groups.enable=true", f"env.mix={mix}")
+    buffer = dapo.replay_buffer
+    assert type(buffer) is trainer_module.ObservingReplayBuffer and isinstance(buffer, ReplayBuffer)
+    assert buffer.filter_groups_metric is not None  # verl's own settings kept: same object, one method added
+    buffer.partitions["train"] = {"a_0": {}, "a_1": {}, "b_0": {}, "b_1": {}, "c_0": {}}
+    buffer.finished_keys["train"] = {"a", "b"}
+    buffer.failure_keys["train"] = {"c"}
+    cleared, read = [], []
+    monkeypatch.setattr(replay_module.tq, "kv_clear", lambda partition_id, keys: cleared.append(sorted(keys)))
+
+    def fake_read(keys, partition_id):
+        read.append(list(keys))
+        return [r for key in keys for r in group("chain_sum", key.split("_")[0], [1.0])], {}
+
+    monkeypatch.setattr(trainer_module, "read_records", fake_read)
+    buffer._clear_groups("train", {"a", "c"})
+    assert read == [["a_0", "a_1"]]  # the finished group, before verl's clear; the failed group is not read
+    assert cleared == [["a", "a_0", "a_1", "c", "c_0"]] and "a_0" not in buffer.partitions["train"]
+    buffer._clear_groups("val", {"b"})  # validation groups are never observed
+    assert read == [["a_0", "a_1"]]
+    kept = group("spell_backward", "s", [1.0, 0.0])
+    metrics = dapo.apply_feedback(kept, dapo._dropped_records)
+    assert metrics["sampling/dropped_groups"] == 1.0 and metrics["env/zero_variance_groups"] == 0.0
+    assert metrics["sampling/observed_zero_variance_groups"] == 0.5
+    assert metrics["sampling/chain_sum/groups"] == 1.0 and metrics["sampling/chain_sum/signal"] == 0.0
+    assert metrics["sampling/spell_backward/weight"] > metrics["sampling/chain_sum/weight"] == pytest.approx(0.1)
+
+
+def test_without_dynamic_sampling_the_buffer_is_verls(trainer):
+    assert type(trainer.replay_buffer) is ReplayBuffer and trainer._dropped_records == []
+
+
+def test_sampler_weights_are_logged_and_saved_in_data_pt(tmp_path, tiny_model_dir):
+    mix = tmp_path / "learn.yaml"
+    mix.write_text(LEARN_MIX)
+    trainer = build_trainer(f"env.mix={mix}")
+    trainer._next_train_batch()
+    records = [r for i in range(4) for r in group("chain_sum", f"c{i}", [1.0] * 4)]
+    records += [r for i in range(4) for r in group("spell_backward", f"s{i}", [1.0, 0.0, 1.0, 0.0])]
+    metrics = trainer.apply_feedback(records)
+    assert metrics["sampling/chain_sum/weight"] == pytest.approx(0.1)  # the floor: 0.2 x its prior 0.5
+    assert metrics["sampling/spell_backward/weight"] == pytest.approx(0.9)
+    assert metrics["sampling/chain_sum/signal"] == 0.0 and metrics["sampling/spell_backward/signal"] > 0.8
+    assert metrics["env/zero_variance_groups"] == 0.5 == metrics["sampling/observed_zero_variance_groups"]
+    weights = trainer.train_dataset.sampler.weights()
+    torch.save(trainer.train_dataloader.state_dict(), tmp_path / "data.pt")
+    expected = positions(trainer._next_train_batch())
+    resumed = build_trainer(f"env.mix={mix}")
+    resumed.train_dataloader.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    assert positions(resumed._next_train_batch()) == expected
+    assert resumed.train_dataset.sampler.weights() == weights

@@ -18,7 +18,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 class TimedStream(IterableDataset):
     """Wraps a TaskStream to measure the seconds spent producing items (logged as timing/data).
 
-    Everything else (state_dict, load_state_dict, curriculum) is the stream's own, so data.pt holds the stream state.
+    Everything else (state_dict, load_state_dict, curriculum, sampler) is the stream's own, so data.pt holds the stream state.
     """
 
     def __init__(self, stream):
@@ -28,6 +28,10 @@ class TimedStream(IterableDataset):
     @property
     def curriculum(self):
         return self.stream.curriculum
+
+    @property
+    def sampler(self):
+        return self.stream.sampler
 
     def __iter__(self):
         iterator = iter(self.stream)

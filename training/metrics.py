@@ -3,7 +3,7 @@
 Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples}, env/{reward,accuracy,answer_rate},
 env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
 timing/score_max (the slowest response's time in our reward function),
-curriculum/<task>/level. The same function serves the trainer and the preflight, so both report alike.
+curriculum/<task>/level, sampling/<task>/{weight,signal,groups} (envs.sampler). The same function serves the trainer and the preflight, so both report alike.
 """
 
 from __future__ import annotations
@@ -73,6 +73,17 @@ def scores_by_task(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
     for record in records:
         scores[record.task].append(record.accuracy)
     return dict(scores)
+
+
+def groups_by_task(records: Iterable[SampleRecord]) -> dict[str, list[list[float]]]:
+    """Returns {task: [[score of each response of one group], ...]}: what the task sampler's signal reads."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for record in records:
+        groups[(record.task, record.group)].append(record.score)
+    by_task: dict[str, list[list[float]]] = defaultdict(list)
+    for (task, _), scores in groups.items():
+        by_task[task].append(scores)
+    return dict(by_task)
 
 
 def curriculum_metrics(levels: Mapping[str, int]) -> dict[str, float]:

@@ -5,8 +5,10 @@ Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mo
   validation list become StatefulDataLoaders, so verl's checkpoint saves the stream state (with the curriculum) in
   `global_step_N/data.pt` and `trainer.resume_mode=auto` continues the stream where it stopped;
 - `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics,
-  feed the curriculum and dump a few groups with their reward fields (training/generations.py, `env.dump`), before
-  verl saves the checkpoint of that step.
+  feed the curriculum and the task sampler (envs.sampler) and dump a few groups with their reward fields
+  (training/generations.py, `env.dump`), before verl saves the checkpoint of that step;
+- under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`, which reads
+  the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there).
 Everything else, hooks included, is verl's PPOTrainerSync.
 """
 
@@ -17,6 +19,7 @@ import time
 
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
@@ -28,7 +31,14 @@ from training.data import (
     build_validation_items,
 )
 from training.generations import DumpSettings, dump_step
-from training.metrics import curriculum_metrics, env_metrics, record_from_reward, scores_by_task
+from training.metrics import (
+    curriculum_metrics,
+    env_metrics,
+    groups_by_task,
+    record_from_reward,
+    scores_by_task,
+    zero_variance_fraction,
+)
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -40,6 +50,32 @@ def needs_exact_refill(config: DictConfig) -> bool:
     filter_groups = config.algorithm.get("filter_groups") or {}
     sampler = config.trainer.v1.get("sampler") or {}
     return bool(filter_groups.get("enable", False) or sampler.get("sync_refill_failed_groups", False))
+
+
+class ObservingReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer that shows the trainer each finished training group before verl clears it.
+
+    Under dynamic sampling (algorithm.filter_groups.enable) verl evicts the groups whose scores are all equal
+    (`_evict_terminal_groups`) and, once it has enough groups, discards the surplus (`sample`); both go through
+    `_clear_groups(partition_id, uids)`, which deletes them from TransferQueue (`tq.kv_clear`). Those groups never
+    reach `step()`'s batch, yet they are exactly what a learnability signal must see (the flat groups) and what the
+    curriculum must see (the all-correct groups that tell it to promote). verl has no public hook between the decision
+    and the clear, and its public `sample()` returns only counts per reward value, not which task a group belonged
+    to; the custom_sampler config hook would replace the whole buffer and drop verl's own filter settings. So this
+    class overrides the one private method, reads the groups' responses while they are still stored, and then calls
+    verl's. The contract test in tests/test_trainer.py pins the code it relies on (signature, trajectory key format
+    `{uid}_{i}`, the two callers). Failed groups (a session errored: partial, possibly unscored) are not observed.
+    """
+
+    observer = None  # callable(trajectory keys, partition_id), set by the trainer
+
+    def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
+        if self.observer is not None and partition_id == "train" and uids:
+            finished = set(uids) & self.finished_keys[partition_id]
+            keys = sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in finished)
+            if keys:
+                self.observer(keys, partition_id)
+        super()._clear_groups(partition_id, uids)
 
 
 @register_trainer(TRAINER_NAME)
@@ -54,6 +90,21 @@ class ReasoningGymTrainer(PPOTrainerSync):
         # step's generation time rounds up to it; a short poll costs one small TransferQueue query per period.
         self.replay_buffer.poll_interval = float(config.env.get("poll_seconds", 0.05))
         self.dump_settings = DumpSettings.from_config(config)
+        self._dropped_records: list = []  # responses of groups verl dropped during this step (ObservingReplayBuffer)
+        self.dropped_read_failures = 0
+        if needs_exact_refill(config) and type(self.replay_buffer) is ReplayBuffer:
+            self.replay_buffer.__class__ = ObservingReplayBuffer  # same object and state, one method added
+            self.replay_buffer.observer = self._observe_dropped
+
+    def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
+        """Reads the responses of groups verl is about to clear; they count at this step's feedback."""
+        try:
+            records, _ = read_records(keys, partition_id)
+        except Exception:  # a lost observation must not stop training; it is counted and logged
+            self.dropped_read_failures += 1
+            logger.warning("could not read %d dropped responses before verl cleared them", len(keys), exc_info=True)
+            return
+        self._dropped_records.extend(records)
 
     def _init_dataloader(self):
         """Builds the stream and validation loaders; sets what verl's version sets (pinned by a contract test)."""
@@ -93,7 +144,8 @@ class ReasoningGymTrainer(PPOTrainerSync):
         """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
         records, reward_timing = read_records(keys, batch.partition_id) if keys else ([], {})
-        metrics = self.apply_feedback(records)
+        dropped, self._dropped_records = self._dropped_records, []
+        metrics = self.apply_feedback(records, dropped)
         metrics.update(reward_timing)
         if keys:
             start = time.perf_counter()
@@ -102,14 +154,29 @@ class ReasoningGymTrainer(PPOTrainerSync):
             metrics["timing/generation_dump"] = time.perf_counter() - start
         return metrics
 
-    def apply_feedback(self, records) -> dict[str, float]:
-        """Feeds per-task accuracies to the curriculum; returns env/*, curriculum/* and timing/data metrics."""
-        curriculum = self.train_dataset.curriculum
-        moved = curriculum.update(scores_by_task(records))
+    def apply_feedback(self, records, dropped=()) -> dict[str, float]:
+        """Feeds the step's groups to the curriculum (accuracies) and the task sampler (group scores); returns env/*
+        (of the trained batch), curriculum/*, sampling/* and timing/data metrics.
+
+        `dropped`: responses of groups verl generated and scored this step but dropped (dynamic sampling). They are
+        observations like the others: the curriculum and the sampler see every scored group, and
+        sampling/observed_zero_variance_groups is the flat share over all of them (env/zero_variance_groups is the
+        trained batch's, about 0 under dynamic sampling). New sampler weights apply from the next prompt drawn.
+        """
+        observed = [*records, *dropped]
+        curriculum, sampler = self.train_dataset.curriculum, self.train_dataset.sampler
+        moved = curriculum.update(scores_by_task(observed))
         if moved:
             logger.info("curriculum moved at step %s: %s", getattr(self, "global_steps", "?"), moved)
+        sampler.update(groups_by_task(observed))
+        if moved:
+            sampler.forget(moved)  # the task's past groups were of another level
         metrics = env_metrics(records)
         metrics.update(curriculum_metrics(curriculum.levels()))
+        metrics.update(sampler.metrics())
+        metrics["sampling/observed_zero_variance_groups"] = zero_variance_fraction(observed)
+        metrics["sampling/dropped_groups"] = float(len({(r.task, r.group) for r in dropped}))
+        metrics["sampling/dropped_read_failures"] = float(self.dropped_read_failures)
         for key, count in sorted(self.train_dataset.stream.stats.items()):
             metrics[f"env/{key}"] = float(count)  # e.g. env/filtered_long_prompt/<task>, cumulative
         metrics["timing/data"] = self.train_dataset.pop_seconds()
