@@ -117,6 +117,10 @@ class TaskSampler:
         """Returns {task: share of the stream} in effect now (sums to 1)."""
         return dict(zip(self.keys, self._weights))
 
+    def weight_values(self) -> list[float]:
+        """The shares in mix order."""
+        return list(self._weights)
+
     def cumulative(self) -> list[float]:
         """The running sums of the shares in mix order: what the stream's draw compares its hash with."""
         return self._cumulative
