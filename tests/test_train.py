@@ -19,12 +19,11 @@ PROMPTS, SAMPLES = 2, 4
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 
 
-def train(run_dir: Path, device: str, steps: int, *overrides: str, config: str = "quickstart") -> str:
-    """Runs train_grpo.py in a new process; returns its output (asserting exit 0)."""
-    from conftest import TINY_RUN
-
-    assert f"data.train_batch_size={PROMPTS}" in TINY_RUN and f"actor_rollout_ref.rollout.n={SAMPLES}" in TINY_RUN
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, *TINY_RUN, f"trainer.device={device}",
+def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *overrides: str,
+          config: str = "quickstart") -> str:
+    """Runs train_grpo.py in a new process with the `tiny_run` overrides (conftest); returns its output (exit 0)."""
+    assert f"data.train_batch_size={PROMPTS}" in tiny_run and f"actor_rollout_ref.rollout.n={SAMPLES}" in tiny_run
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, *tiny_run, f"trainer.device={device}",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=2",
            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
            f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
@@ -75,13 +74,13 @@ def dumped_prompts(run_dir: Path, step: int) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=DEVICES)
-def trained(request, tmp_path_factory):
+def trained(request, tmp_path_factory, tiny_run):
     """Two steps and a checkpoint, then a resumed process for step 3. Returns (run_dir, outputs)."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     run_dir = tmp_path_factory.mktemp(f"train_{request.param}")
-    first = train(run_dir, request.param, 2)
-    resumed = train(run_dir, request.param, 3, "trainer.save_freq=3")
+    first = train(tiny_run, run_dir, request.param, 2)
+    resumed = train(tiny_run, run_dir, request.param, 3, "trainer.save_freq=3")
     return run_dir, first, resumed
 
 
@@ -126,11 +125,11 @@ def test_checkpoint_exports_and_evaluates(trained, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("device", DEVICES)
-def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path):
+def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
     """DAPO dynamic sampling refills dropped groups from the stream; the curriculum config trains alongside."""
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    output = train(tmp_path, device, 2, "algorithm.filter_groups.enable=true",
+    output = train(tiny_run, tmp_path, device, 2, "algorithm.filter_groups.enable=true",
                    "algorithm.filter_groups.max_num_gen_batches=20",
                    f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
                    "trainer.save_freq=-1", config="curriculum_spell_backward")
@@ -143,9 +142,9 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path):
+def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
     """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank."""
-    output = train(tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+    output = train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")
