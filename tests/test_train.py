@@ -133,11 +133,15 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
                    "algorithm.filter_groups.max_num_gen_batches=20",
                    f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
                    "trainer.save_freq=-1", config="curriculum_spell_backward")
+    dropped = 0.0
     for step in (1, 2):
         metrics = step_metrics(output, step)
         assert metrics["env/zero_variance_groups"] == 0.0  # verl kept only groups with a signal
+        assert metrics["sampling/dropped_read_failures"] == 0.0  # the groups verl dropped were read before clearing
+        dropped += metrics["sampling/dropped_groups"]
         assert metrics["env/samples"] == PROMPTS * SAMPLES
         assert "curriculum/spell_backward/level" in metrics
+    print(f"groups verl dropped and the trainer observed: {dropped:.0f}")
 
 
 @pytest.mark.slow
