@@ -43,17 +43,19 @@ class Provider(BaseHTTPRequestHandler):
             srv.failures -= fail
         try:
             time.sleep(srv.delay)
-            if body["messages"][-1]["content"] == "bad":
-                return self._send(400, {"error": "bad request"})
-            if fail:
-                return self._send(503, {"error": "busy"}, [("Retry-After", "0.01")])
-            n = min(body["n"], srv.max_n)
-            choices = [{"message": {"content": f"<answer>{body['messages'][-1]['content']}</answer>"},
-                        "finish_reason": "stop"} for _ in range(n)]
-            self._send(200, {"choices": choices, "usage": {"completion_tokens": 4 * n}})
         finally:
+            # leave the in-flight count before answering: once the answer is out, the client may send its next
+            # request before this thread runs again, which would count one request twice
             with srv.lock:
                 srv.in_flight -= 1
+        if body["messages"][-1]["content"] == "bad":
+            return self._send(400, {"error": "bad request"})
+        if fail:
+            return self._send(503, {"error": "busy"}, [("Retry-After", "0.01")])
+        n = min(body["n"], srv.max_n)
+        choices = [{"message": {"content": f"<answer>{body['messages'][-1]['content']}</answer>"},
+                    "finish_reason": "stop"} for _ in range(n)]
+        self._send(200, {"choices": choices, "usage": {"completion_tokens": 4 * n}})
 
 
 @pytest.fixture
