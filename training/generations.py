@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Sequence
 
-from training.metrics import SampleRecord
+from training.metrics import SampleRecord, reward_extra_info
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "steps.jsonl"
@@ -146,8 +146,7 @@ def read_generation_fields(keys: Sequence[str], partition_id: str, tokenizer) ->
 
     fields = []
     for info, extra in zip(list(data["extra_info"]), list(data["extra_fields"]), strict=True):
-        reward = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
-        fields.append({"extra_info": info if isinstance(info, dict) else {}, "reward": reward})
+        fields.append({"extra_info": info if isinstance(info, dict) else {}, "reward": reward_extra_info(extra)})
     return fields, texts("prompts"), texts("responses")
 
 

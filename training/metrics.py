@@ -27,6 +27,11 @@ class SampleRecord:
     score_seconds: float = 0.0  # wall time of our reward function for this response
 
 
+def reward_extra_info(extra_fields) -> dict:
+    """Returns our reward dict from a response's `extra_fields` as verl's agent loop stores it ({} if absent)."""
+    return (extra_fields or {}).get("reward_extra_info", {}) if isinstance(extra_fields, dict) else {}
+
+
 def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float) -> SampleRecord:
     """Returns a SampleRecord from envs' reward dict (keys acc, answer_found) and the score verl used."""
     return SampleRecord(task=str(task), group=str(group), score=float(score),

@@ -36,6 +36,7 @@ from training.metrics import (
     env_metrics,
     groups_by_task,
     record_from_reward,
+    reward_extra_info,
     scores_by_task,
     zero_variance_fraction,
 )
@@ -198,8 +199,7 @@ def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, fl
     uids, extra_infos, extra_fields = list(data["uid"]), list(data["extra_info"]), list(data["extra_fields"])
     records = []
     for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
-        reward_info = (fields or {}).get("reward_extra_info", {}) if isinstance(fields, dict) else {}
-        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_info, score, length))
+        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_extra_info(fields), score, length))
     seconds = [float((m or {}).get("compute_score", 0.0)) for m in list(data["metrics"])]
     timing = {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)} if seconds else {}
     return records, timing
