@@ -3,6 +3,8 @@
     python bench/bench_trl.py --install                  # once: TRL into .venv-trl-site (never into .venv)
     python bench/bench_trl.py --model tiny --steps 3     # plumbing check, ~3.5 minutes on 2 cores
     python bench/bench_trl.py --steps 4                  # SmolLM2-135M-Instruct, the quickstart model
+    # ours without the old_log_prob pass (the rollout's log-probs serve as the old ones; TRL skips it too):
+    python bench/bench_trl.py --steps 4 --override algorithm.rollout_correction.bypass_mode=true
 
 Both arms read their sizes and settings from ONE composed config: configs/quickstart.yaml with `trainer.device=cpu`,
 the bench's overrides and the CPU backend's application (env.on_cpu, training.config.resolve_config,
@@ -78,7 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any further hydra override, applied to both arms (repeatable)")
     parser.add_argument("--arms", nargs="+", default=["ours", "trl"], choices=["ours", "trl"])
-    parser.add_argument("--out", type=Path, default=None, help="work folder (default: bench/results/trl_<model>_<time>)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="work folder (default: bench/results/trl_<model>_<time>)")
     parser.add_argument("--install", action="store_true", help=f"install trl=={TRL_VERSION} into {TRL_SITE.name} first")
     parser.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)  # the TRL arm's subprocess
     return parser.parse_args(argv)
@@ -91,7 +94,8 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
     overrides = [f"model={args.model}", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
                  f"trainer.total_training_steps={args.steps}"]
     if args.prompts is not None:
-        overrides += [f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}"]
+        overrides += [f"data.train_batch_size={args.prompts}",
+                      f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}"]
     if args.samples is not None:
         overrides.append(f"actor_rollout_ref.rollout.n={args.samples}")
     if args.response_length is not None:
@@ -146,7 +150,8 @@ def trl_settings(cfg) -> dict[str, Any]:
         raise ValueError(f"{prompts} prompts x {n} samples do not divide into micro-batches of {micro}")
     unmatched = []
     if str(algo.adv_estimator) != "grpo":
-        unmatched.append(f"algorithm.adv_estimator={algo.adv_estimator}: TRL has GRPO's group-normalised advantage only")
+        unmatched.append(f"algorithm.adv_estimator={algo.adv_estimator}: TRL has GRPO's group-normalised "
+                         "advantage only")
     use_kl_loss = bool(actor.use_kl_loss)
     if bool(algo.use_kl_in_reward):
         unmatched.append("algorithm.use_kl_in_reward: TRL has no KL penalty in the reward (only in the loss)")
@@ -162,9 +167,11 @@ def trl_settings(cfg) -> dict[str, Any]:
                      "equivalent; inactive here (one epoch over fresh samples: the ratio is 1)")
     unmatched.append("rollout: ours prefills a group's prompt once for its n samples and returns sampling log-probs; "
                      "TRL's transformers generate() runs the n copies of each prompt as separate rows")
-    unmatched.append("old log-probs: verl recomputes them every step (old_log_prob phase) unless "
-                     "algorithm.rollout_correction.bypass_mode; TRL skips them when generation and optimizer step are "
-                     "aligned (one step per generation, num_iterations=1)")
+    if not bool(OmegaConf.select(cfg, "algorithm.rollout_correction.bypass_mode", default=False)):
+        unmatched.append("old log-probs: verl recomputes them every step (old_log_prob phase) unless "
+                         "algorithm.rollout_correction.bypass_mode=true (then the rollout's own log-probs serve); TRL "
+                         "skips them when generation and optimizer step are aligned (one step per generation, "
+                         "num_iterations=1)")
     reward = OmegaConf.to_container(cfg.env.reward, resolve=True)
     model_path = str(arr.model.path)
     config = {
@@ -536,6 +543,8 @@ def main() -> None:
     (workdir / "results.json").write_text(json.dumps(result, indent=1))
     if result["ours"]["steps"] and result["trl"]["steps"]:
         print(report(result))
+    else:  # one arm only (--arms): its steps
+        print(step_table(result["ours"]["steps"] + result["trl"]["steps"]))
     print(f"results: {workdir / 'results.json'}", file=sys.stderr)
 
 

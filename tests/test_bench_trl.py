@@ -1,4 +1,4 @@
-"""bench/bench_trl.py: the composed config's mapping to TRL's GRPOConfig (no training; TRL itself only when installed)."""
+"""bench/bench_trl.py: the composed config's mapping to TRL's GRPOConfig (no training; TRL only when installed)."""
 
 import importlib.util
 import json
@@ -39,7 +39,8 @@ def test_trl_settings_follow_the_composed_config(bench, tiny_cfg):
     assert c["num_generations"] == arr.rollout.n
     # one optimizer step per step: the whole generation batch (prompts x n) in micro-batches of the actor's size
     assert c["per_device_train_batch_size"] == arr.actor.ppo_micro_batch_size_per_gpu
-    assert c["per_device_train_batch_size"] * c["gradient_accumulation_steps"] == cfg.data.train_batch_size * arr.rollout.n
+    per_step = c["per_device_train_batch_size"] * c["gradient_accumulation_steps"]
+    assert per_step == cfg.data.train_batch_size * arr.rollout.n
     assert settings["prompts"] == cfg.data.train_batch_size and c["max_steps"] == settings["steps"] == 3
     assert c["max_completion_length"] == cfg.data.max_response_length
     assert settings["max_prompt_length"] == cfg.data.max_prompt_length == bench.TINY_MAX_PROMPT_LENGTH
