@@ -13,8 +13,9 @@ Files in `dir`:
   verl's dump does), "ground_truth", "pred" (the extracted answer), "score" (the reward the policy got), "acc",
   "answer_found", "reason", "response_length" (tokens)};
 - `steps.jsonl`, one line per step (every step, not only dumped ones), over all of the step's responses:
-  {"step", "tasks": {task: {"reward", "accuracy", "answer_rate", "samples"}}}; a resumed run may append a step again,
-  and the last line of a step counts.
+  {"step", "tasks": {task: {"reward", "accuracy", "answer_rate", "samples"}}, "zero_variance_groups" (the share of the
+  step's groups whose scores are all equal: env/zero_variance_groups)}; a resumed run may append a step again, and the
+  last line of a step counts. training/report.py turns it into the run's table and curves.
 verl's validation dumps (`trainer.validation_data_dir`, by default `<default_local_dir>/generations/val`) land beside
 them. `python -m utils.generation_viewer <default_local_dir> -o page.html` shows both.
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Sequence
 
-from training.metrics import SampleRecord, reward_extra_info
+from training.metrics import SampleRecord, reward_extra_info, zero_variance_fraction
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "steps.jsonl"
@@ -76,14 +77,15 @@ def pick_groups(records: Sequence[SampleRecord], count: int) -> list[str]:
 
 
 def step_summary(step: int, records: Sequence[SampleRecord]) -> dict[str, Any]:
-    """Returns the steps.jsonl line of one step: per-task means over all of its responses."""
+    """Returns the steps.jsonl line of one step: per-task means over all of its responses, and the share of its
+    groups with no GRPO signal (all scores equal)."""
     by_task: dict[str, list[SampleRecord]] = defaultdict(list)
     for record in records:
         by_task[record.task].append(record)
     tasks = {task: {"reward": fmean(r.score for r in rows), "accuracy": fmean(r.accuracy for r in rows),
                     "answer_rate": fmean(r.answer_found for r in rows), "samples": len(rows)}
              for task, rows in sorted(by_task.items())}
-    return {"step": int(step), "tasks": tasks}
+    return {"step": int(step), "tasks": tasks, "zero_variance_groups": zero_variance_fraction(records)}
 
 
 def generation_rows(step: int, records: Sequence[SampleRecord], fields: Sequence[dict[str, Any]],

@@ -159,7 +159,25 @@ def run(cfg: DictConfig) -> int:
 
         return run_preflight(cfg, tokenizer, "preflight=true")
     launch(cfg)
+    print_report(cfg)
     return 0
+
+
+def print_report(cfg: DictConfig) -> None:
+    """After training: prints the run's table (training/report.py) and where its files are. A report that fails
+    is said, never raised: the training run is done. Reads trainer.default_local_dir, env.dump.dir and
+    trainer.validation_data_dir."""
+    from training.generations import DumpSettings
+    from training.report import write_report
+
+    try:
+        report = write_report(cfg.trainer.default_local_dir, DumpSettings.from_config(cfg).directory,
+                              cfg.trainer.get("validation_data_dir"))
+    except Exception as err:  # noqa: BLE001 - any failure here must leave the finished run's exit code alone
+        print(f"[report] no training report: {type(err).__name__}: {err}", file=sys.stderr)
+        return
+    print(report.text)
+    print(f"[report] table: {report.markdown}" + (f"; curves: {report.png}" if report.png else ""))
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="quickstart", version_base="1.3")

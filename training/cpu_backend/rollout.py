@@ -26,6 +26,7 @@ from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutpu
 from training.cpu_backend.sampling import SamplingSpec, sample_batch
 
 ROLLOUT_NAME = "transformers"
+PROGRESS_ENV = "RG_GRPO_ROLLOUT_PROGRESS"  # seconds between progress updates of a batch's decoding; 0: no progress
 logger = logging.getLogger(__name__)
 
 
@@ -49,6 +50,68 @@ def _from_wire(array: np.ndarray, dtype: str) -> torch.Tensor:
     return tensor
 
 
+def progress_bar(total: int, desc: str):
+    """Returns a tqdm-like bar: Ray's tqdm_ray inside an actor (the driver draws it in its terminal; a plain tqdm in
+    an actor would reach the driver as broken lines), plain tqdm elsewhere."""
+    if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
+        from ray.experimental.tqdm_ray import tqdm as ray_tqdm
+
+        return ray_tqdm(total=total, desc=desc, unit="tok", flush_interval_s=0.0)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tok", leave=False)
+
+
+class DecodeProgress:
+    """Progress of one batch's decode loop: tokens decoded of the batch's max new tokens, and sequences finished.
+
+    Counts the model's forward calls through a forward hook (the first call of a batch is the prefill, each later one
+    feeds back one sampled token per row), so the loop itself does no extra work. The bar appears once a batch has
+    run `seconds` (quick batches show nothing) and refreshes every `seconds`; only then does it count the finished
+    rows: those whose fed-back token is EOS or padding (a row stopped by its own token limit counts one step late).
+    `seconds` <= 0: off, no hook. Used from one thread at a time (the server samples one batch at a time).
+    """
+
+    def __init__(self, model, seconds: float, label: str, stop_tokens: set[int]):
+        self.seconds, self.label = float(seconds), label
+        self.stop_tokens = torch.tensor(sorted(stop_tokens))
+        self.bar, self.active, self.calls, self.rows, self.total, self.shown = None, False, 0, 0, 0, 0.0
+        if self.seconds > 0:
+            model.register_forward_hook(self._on_forward, with_kwargs=True)
+
+    def start(self, rows: int, max_new_tokens: int) -> None:
+        self.bar, self.active, self.calls, self.rows, self.total = None, self.seconds > 0, 0, rows, max_new_tokens
+        self.shown = time.monotonic()  # the bar appears `seconds` after the batch starts
+
+    def _on_forward(self, module, args, kwargs, output) -> None:
+        if not self.active:
+            return
+        self.calls += 1
+        now = time.monotonic()
+        if self.calls > 1 and now - self.shown >= self.seconds:
+            self.shown = now
+            if self.bar is None:  # appears at 0, so that the driver's bar measures the rate from here
+                self.bar = progress_bar(self.total, f"{self.label}: {self.rows} seqs")
+                self.bar.refresh()
+                return
+            finished = int(torch.isin(kwargs["input_ids"], self.stop_tokens).sum())
+            self._show(self.calls - 1, f"{finished}/{self.rows} seqs done")
+
+    def _show(self, decoded: int, status: str) -> None:
+        self.bar.n = decoded
+        self.bar.set_description(f"{self.label}: {status}")  # draws the bar (from an actor: one line to the driver)
+
+    def finish(self, sampled) -> None:
+        """Shows the batch's final count and closes its bar, if it had one."""
+        self.active = False
+        if self.bar is not None:
+            at_eos = sum(s.finished_by_eos for s in sampled)
+            self._show(max((len(s.token_ids) for s in sampled), default=0),
+                       f"{len(sampled)}/{self.rows} seqs done, {at_eos} at EOS")
+            self.bar.close()
+            self.bar = None
+
+
 @dataclass
 class _Request:
     prompt_ids: list[int]
@@ -66,7 +129,7 @@ class TransformersServer:
     """
 
     def __init__(self, config, model_config, replica_rank: int, rollout_mode: RolloutMode, threads: int = 0,
-                 gather_seconds: float = 0.05):
+                 gather_seconds: float = 0.05, progress_seconds: float = 0.0):
         from transformers import AutoModelForCausalLM
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig
@@ -96,6 +159,8 @@ class TransformersServer:
         self.batcher: Optional[asyncio.Task] = None
         self.awake: Optional[asyncio.Event] = None
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0}
+        self.progress = DecodeProgress(self.model, progress_seconds, f"rollout {replica_rank}",
+                                       self.eos_token_ids | {self.pad_token_id})
 
     def _awake_event(self) -> asyncio.Event:
         if self.awake is None:  # created inside the actor's event loop
@@ -155,8 +220,13 @@ class TransformersServer:
             raise RuntimeError(f"rollout replica {self.replica_rank} was asked to generate without complete weights "
                                "(released by sleep, or a weight sync that did not finish)")
         start = time.perf_counter()
-        sampled = sample_batch(self.model, [r.prompt_ids for r in requests], [r.max_tokens for r in requests], spec,
-                               self.eos_token_ids, self.pad_token_id, self.generator)
+        sampled = []
+        self.progress.start(len(requests), max(r.max_tokens for r in requests))
+        try:
+            sampled = sample_batch(self.model, [r.prompt_ids for r in requests], [r.max_tokens for r in requests],
+                                   spec, self.eos_token_ids, self.pad_token_id, self.generator)
+        finally:
+            self.progress.finish(sampled)
         self.stats["batches"] += 1
         self.stats["sequences"] += len(requests)
         self.stats["tokens"] += sum(len(s.token_ids) for s in sampled)
@@ -268,7 +338,8 @@ class TransformersReplica(RolloutReplica):
                 node_id=node_id, soft=False)
         server = ray.remote(TransformersServer).options(**options).remote(
             config=self.config, model_config=self.model_config, replica_rank=self.replica_rank,
-            rollout_mode=self.rollout_mode, threads=int(os.environ.get("RG_GRPO_ROLLOUT_THREADS", "0")))
+            rollout_mode=self.rollout_mode, threads=int(os.environ.get("RG_GRPO_ROLLOUT_THREADS", "0")),
+            progress_seconds=float(os.environ.get(PROGRESS_ENV, "2")))
         await server.get_stats.remote()  # surfaces a failed model load here, not at the first request
         self.servers = [server]
         self._server_handle = server
