@@ -29,6 +29,21 @@ def extract_answer(response: str) -> str | None:
     return None
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def last_number(response: str) -> str | None:
+    """Returns the last number written in the response ("-12", "3.5"; thousands separators are not read), or None.
+
+    The answer of a small model that states it in a sentence ("so 4 - 1 = 3."): the usual lenient extraction for
+    numeric answers. Only the last number counts, so writing many numbers earns nothing.
+    """
+    found = None
+    for found in _NUMBER.finditer(response):
+        pass
+    return found.group(0) if found else None
+
+
 def last_line(response: str) -> str | None:
     """Returns the last non-empty line, stripped (the answer of a model that ignores the tags), or None."""
     for line in reversed(response.rstrip().splitlines()):

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import reasoning_gym
 
-from envs.answers import extract_answer, format_ok, last_line, response_problem
+from envs.answers import extract_answer, format_ok, last_line, last_number, response_problem
 from envs.generation import config_key
 
 
@@ -25,7 +25,9 @@ class RewardOptions:
 
     partial_credit: bool = False  # keep RG's partial scores; False binarises (1 only for a fully correct answer)
     format_reward: float = 0.0  # added when the response is well formed (see envs.answers.format_ok)
-    answer_fallback: bool = False  # no <answer> block: score the last non-empty line (for small models); else 0
+    # no <answer> block (small models): "last_line" scores the last non-empty line, "last_number" the last number in
+    # the response (else the last line, for answers that are not numbers); true means "last_line"; false/"" scores 0
+    answer_fallback: bool | str = False
     require_think: bool = False  # well formed needs a <think>...</think> block before the answer
     max_response_length: int = 0  # tokens the rollout may generate; needed by the overlong penalty
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_response_length; 0 = off
@@ -45,8 +47,21 @@ class RewardOptions:
         return cls(**kwargs)
 
     def __post_init__(self):
+        fallback = {True: "last_line", False: ""}.get(self.answer_fallback, self.answer_fallback)
+        if fallback not in FALLBACKS:
+            raise ValueError(f"reward: answer_fallback={self.answer_fallback!r}; use one of {sorted(FALLBACKS)} "
+                             "or true (= last_line) / false")
+        object.__setattr__(self, "answer_fallback", fallback)  # one spelling from here on
         if self.overlong_buffer and self.max_response_length <= self.overlong_buffer:
             raise ValueError("reward: overlong_buffer needs max_response_length > overlong_buffer (both in tokens)")
+
+
+def _last_number_or_line(response: str) -> str | None:
+    return last_number(response) or last_line(response)
+
+
+# answer_fallback -> the extraction used when a response has no <answer> block (None: it scores 0)
+FALLBACKS = {"": None, "last_line": last_line, "last_number": _last_number_or_line}
 
 
 def _exact_boolean(answer: str, entry: dict[str, Any]) -> float:
@@ -133,11 +148,12 @@ def score_response(
         return result
     answer = extract_answer(response)
     tagged = answer is not None
-    if not tagged and options.answer_fallback:
-        answer = last_line(response)
+    fallback = FALLBACKS[options.answer_fallback]
+    if not tagged and fallback is not None:
+        answer = fallback(response)
     raw, reason = (0.0, "no <answer>...</answer> block") if answer is None else rg_score(task, answer, entry, config)
     if not tagged and answer is not None:
-        reason = reason or "no <answer> block: scored the last line"
+        reason = reason or f"no <answer> block: scored the {options.answer_fallback.replace('_', ' ')}"
     correct = raw >= 1.0 - 1e-9
     well_formed = format_ok(response, options.require_think)
     penalty = _overlong(response_length, options)

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_module
 from verl import DataProto
 from verl.trainer.ppo.reward import load_reward_manager
 
-from envs.answers import extract_answer, format_ok
+from envs.answers import extract_answer, format_ok, last_number
 from envs.generation import generate_entry
 from envs.reward import RewardOptions, score_response
 from envs.tasks import all_tasks
@@ -77,6 +77,18 @@ def test_answer_fallback_scores_the_last_line_without_counting_it_as_found():
     assert score_response(text, entry)["score"] == 0.0
     result = score_response(text, entry, options=RewardOptions(answer_fallback=True))
     assert result["score"] == 1.0 and result["answer_found"] == 0.0 and "last line" in result["reason"]
+
+
+def test_last_number_fallback_reads_the_number_a_sentence_ends_with():
+    entry = entry_of("chain_sum")
+    options = RewardOptions(answer_fallback="last_number")
+    right = score_response(f"First 10 + 2, so the sum is {entry['answer']}.", entry, options=options)
+    assert right["acc"] == 1.0 and right["pred"] == entry["answer"] and "last number" in right["reason"]
+    assert score_response(f"It is {entry['answer']}, or maybe 99999.", entry, options=options)["acc"] == 0.0
+    assert score_response(f"<answer>99999</answer> {entry['answer']}", entry, options=options)["acc"] == 0.0
+    assert last_number("x = -3.5 then 7") == "7" and last_number("minus -12.") == "-12" and last_number("none") is None
+    with pytest.raises(ValueError, match="answer_fallback='first_line'"):
+        RewardOptions(answer_fallback="first_line")
 
 
 def test_game_of_life_halting_is_repaired():

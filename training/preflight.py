@@ -177,7 +177,7 @@ def finish(records: list[SampleRecord], seconds: float) -> int:
         print(f"\n[preflight] FAILED: {len(bad)} non-finite scores of {len(records)} responses")
         return 1
     if not any(r.answer_found for r in records):
-        signal = ("the reward option answer_fallback scores their last line instead" if len({r.score for r in records}) > 1
+        signal = ("the reward option answer_fallback scores another part of them instead" if len({r.score for r in records}) > 1
                   else "so every response scores alike and GRPO gets no signal")
         print(f"\n[preflight] WARNING: no response had an <answer>...</answer> block; {signal}. Try a stronger model, "
               "env.system_prompt (e.g. 'simple'), or more new tokens.")
