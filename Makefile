@@ -11,8 +11,9 @@ UV_VERSION  := 0.13.8
 
 # Installs from requirements.lock, the full transitive set (`make lock` writes it from requirements.txt): --no-deps, so
 # pip resolves nothing and every install gets exactly the same versions; `pip check` proves the lock is complete.
+# The venv is made anew (--clear) when the lock changes, so nothing of an older lock stays behind.
 $(VENV)/.installed: requirements.lock pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q pip==$(PIP_VERSION)
 	$(PY) -m pip install -q --no-deps -r requirements.lock
 	$(PY) -m pip check

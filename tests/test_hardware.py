@@ -64,7 +64,8 @@ def test_cpu_overrides_yield_to_the_command_line():
     cfg = compose_config("quickstart")
     applied = apply_cpu_overrides(cfg, command_line={"data.train_batch_size"})
     assert "data.train_batch_size" not in applied and cfg.data.train_batch_size == 16
-    assert cfg.data.max_response_length == 64 and cfg.trainer.total_training_steps == 3
+    assert cfg.data.max_response_length == 48 and cfg.trainer.total_training_steps == 10
+    assert cfg.algorithm.rollout_correction.bypass_mode  # from the base config's on_cpu, merged with quickstart's
     bad = compose_config("quickstart", ["+env.on_cpu={data.no_such_key: 1}"])
     with pytest.raises(ValueError, match="env.on_cpu.data.no_such_key: no such config key"):
         apply_cpu_overrides(bad)
@@ -112,3 +113,14 @@ def test_attention_defaults_to_sdpa_without_flash_attn():
     assert choose_attention(cfg) == expected == cfg.actor_rollout_ref.model.override_config.attn_implementation
     chosen = compose_config("quickstart", ["+actor_rollout_ref.model.override_config.attn_implementation=eager"])
     assert choose_attention(chosen) == "eager"
+
+
+def test_cpu_threads_follow_the_process_affinity():
+    """`taskset -c 0 python training/train_grpo.py ...` must train on one thread, not on the machine's core count."""
+    import subprocess
+    import sys
+
+    code = "from training.hardware import cpu_threads, usable_cores; print(usable_cores(), cpu_threads(1), cpu_threads(2))"
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), check=True)
+    assert done.stdout.split() == ["1", "1", "1"]

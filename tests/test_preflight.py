@@ -1,6 +1,7 @@
 """The preflight end to end on the tiny model: config checks, stream, chat template, HF generation, verl-loaded reward."""
 
 import os
+import tempfile
 import subprocess
 import sys
 
@@ -16,7 +17,9 @@ from training.train_grpo import run
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4", "env.preflight.prompts=4",
          "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
-         "env.on_cpu=null"]
+         "env.on_cpu=null",
+         # an empty checkpoint folder: a user's own run in checkpoints/ (another model) would be refused by the resume check
+         f"trainer.default_local_dir={tempfile.mkdtemp(prefix='preflight_ckpt_')}"]
 
 
 def test_shared_prefix_sampling_matches_plain_generate(tiny_model_dir, tiny_tokenizer):
@@ -57,7 +60,7 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
     code = run(compose_config("quickstart", SMALL + ["preflight=true"]))
     out = capsys.readouterr().out
     assert code == 0, out
-    for text in ("batch: 16 prompts x 4 samples", "validation set: 4 items", "zero-variance groups",
+    for text in ("batch: 16 prompts x 8 samples", "validation set: 4 items", "zero-variance groups",
                  "answer", "all checks passed"):
         assert text in out
     assert out.count("\n--- ") == 3

@@ -28,9 +28,15 @@ def resolve_device(cfg: DictConfig, visible_gpus: int) -> str:
     return device
 
 
+def usable_cores() -> int:
+    """Returns the cores this process may run on (its affinity: `taskset -c 0 ...` gives 1), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def cpu_threads(ranks: int) -> int:
-    """Returns torch threads per training process: the cores shared by the ranks (they run one phase at a time)."""
-    return max(1, (os.cpu_count() or 1) // max(ranks, 1))
+    """Returns torch threads per training process: the usable cores shared by the ranks (they run one phase at a
+    time). Two runs side by side on one machine each get their own cores with `taskset`."""
+    return max(1, usable_cores() // max(ranks, 1))
 
 
 def backend_env(cfg: DictConfig) -> dict[str, str]:
