@@ -105,6 +105,9 @@ def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_t
         assert metrics["timing/reward_max"] >= metrics["timing/reward_mean"] > 0
         assert metrics["actor/grad_norm"] > 0
     assert "step:1 - " not in resumed  # the new process started from the checkpoint, not from scratch
+    # the report printed after training covers the steps of both processes (steps.jsonl is appended on resume)
+    assert "- training steps: 3 (1-3)" in (ckpt / "report.md").read_text() and "[report] table:" in resumed
+    assert (ckpt / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for step in (1, 2, 3):
         assert dumped_prompts(run_dir, step) == sorted(expected_prompts(tiny_tokenizer, (step - 1) * PROMPTS, PROMPTS))
 
