@@ -5,7 +5,7 @@
 
 Both runs train the quickstart config (its CPU settings) on the same mix of learnable and far too hard tasks (written
 to the work folder: the tasks of configs/mix/quickstart.yaml, which SmolLM2 answers right ~20% of the time, plus long
-sums and long decimal sorts, which it never does), same seed, same batch; the second adds
+sums and long mixed-operation expressions of 3-4 digit numbers, which it never does), same seed, same batch; the second adds
 `sampler: {strategy: learnability}`. verl's file logger (VERL_FILE_LOGGER_PATH) records every step's metrics; the
 script prints, per step, env/zero_variance_groups of both runs and the learnability run's weights, then the share of
 zero-variance groups over the steps of both and the relative reduction. The issue's target: >= 30% fewer zero-variance
@@ -30,8 +30,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 HARD = {"hard_sum": {"task": "chain_sum", "weight": 1.0,
                      "config": {"min_terms": 5, "max_terms": 6, "min_digits": 3, "max_digits": 4}},
-        "long_sort": {"task": "number_sorting", "weight": 1.0,
-                      "config": {"min_numbers": 8, "max_numbers": 10, "min_decimals": 1, "max_decimals": 2}}}
+        "hard_arithmetic": {"task": "basic_arithmetic", "weight": 1.0,
+                            "config": {"min_terms": 4, "max_terms": 5, "min_digits": 3, "max_digits": 4}}}
 
 
 def write_mixes(workdir: Path) -> dict[str, Path]:
