@@ -242,15 +242,20 @@ def ours_row(step: int, m: dict) -> dict:
             "response_length": m.get("response_length/mean"), "reward": m.get("critic/score/mean")}
 
 
+def run_logged(name: str, cmd: list[str], env: dict, log_path: Path) -> float:
+    """Runs one arm's command with its output in `log_path`; returns the wall seconds, or exits with the log's end."""
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode:
+        sys.exit(f"{name} failed (exit {done.returncode}); last lines of {log_path}:\n"
+                 + "\n".join(log_path.read_text().splitlines()[-40:]))
+    return time.perf_counter() - start
+
+
 def run_ours(overrides: list[str], workdir: Path) -> tuple[list[dict], float]:
     cmd, env = ours_command(overrides, workdir)
-    start = time.perf_counter()
-    with open(workdir / "ours.log", "w") as log:
-        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        sys.exit(f"our arm failed (exit {done.returncode}); last lines of {workdir / 'ours.log'}:\n"
-                 + "\n".join((workdir / "ours.log").read_text().splitlines()[-40:]))
+    wall = run_logged("our arm", cmd, env, workdir / "ours.log")
     lines = (workdir / "ours_metrics.jsonl").read_text().splitlines()
     metrics = [json.loads(line)["data"] for line in lines]
     return [ours_row(step, m) for step, m in enumerate(metrics, start=1)], wall
@@ -424,13 +429,7 @@ def run_trl(args: argparse.Namespace, settings: dict, workdir: Path) -> tuple[li
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TRL_SITE), str(REPO)]), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(settings["threads"]),
                TOKENIZERS_PARALLELISM="false")
-    start = time.perf_counter()
-    with open(workdir / "trl.log", "w") as log:
-        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        sys.exit(f"TRL arm failed (exit {done.returncode}); last lines of {workdir / 'trl.log'}:\n"
-                 + "\n".join((workdir / "trl.log").read_text().splitlines()[-40:]))
+    wall = run_logged("TRL arm", cmd, env, workdir / "trl.log")
     result = json.loads((workdir / "trl_steps.json").read_text())
     return result.pop("steps"), wall, result
 

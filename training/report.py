@@ -23,7 +23,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import Iterable, Iterator
+from typing import Iterable
+
+from utils.generation_viewer import read_jsonl
 
 METRICS = ("reward", "accuracy", "answer_rate")
 MAX_STEP_ROWS = 30  # longer runs show the per-step table in blocks of steps (the PNG keeps every step)
@@ -51,18 +53,6 @@ class Report:
 
 
 # ----- reading -----
-def read_jsonl(path: Path) -> Iterator[dict]:
-    """Yields the JSON objects of a JSONL file; lines that do not parse (a line still being written) are skipped."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                yield value
-
-
 def read_steps(path: Path) -> dict[int, dict]:
     """Returns {step: {"tasks", "zero_variance_groups" (None in files written before it was recorded)}} of a
     steps.jsonl; the last line of a step wins (a resumed run may take a step again)."""
