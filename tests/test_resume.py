@@ -32,7 +32,7 @@ def test_fresh_start_writes_the_manifest_atomically(tmp_path, capsys):
     assert check_resume(config(ckpt, "env.seed=3")) == f"starting fresh in {ckpt}"
     assert f"[resume] starting fresh in {ckpt}" in capsys.readouterr().out
     manifest = json.loads((ckpt / MANIFEST).read_text())
-    assert manifest["env.mix"] == "easy" and len(manifest["mix_fingerprint"]) == 64
+    assert manifest["env.mix"] == "quickstart" and len(manifest["mix_fingerprint"]) == 64
     assert manifest["env.seed"] == 3 and manifest["actor_rollout_ref.model.path"] == "/models/a"
     assert manifest["trainer.total_training_steps"] == 5 and manifest["start_step"] == 0
     assert sorted(p.name for p in ckpt.iterdir()) == [MANIFEST]  # no temporary file left behind
@@ -65,7 +65,7 @@ def test_finished_experiment_stops_before_ray_and_says_how_to_continue(tmp_path)
 
 
 @pytest.mark.parametrize("override, named", [
-    ("env.mix=algebra", "env.mix: checkpoint easy (fingerprint"),
+    ("env.mix=algebra", "env.mix: checkpoint quickstart (fingerprint"),
     ("env.seed=1", "env.seed: checkpoint 0, now 1"),
     ("actor_rollout_ref.model.path=/models/b", "actor_rollout_ref.model.path: checkpoint /models/a, now /models/b"),
 ])
@@ -177,10 +177,10 @@ def test_train_grpo_exits_0_on_a_finished_experiment_and_2_on_another_mix(tmp_pa
 
     monkeypatch.setattr(train_grpo, "launch", no_launch)
     ckpt = tmp_path / "ckpt"
-    base = ["model=tiny", "trainer.device=cpu", f"trainer.default_local_dir={ckpt}"]  # env.on_cpu: 3 steps
+    base = ["model=tiny", "trainer.device=cpu", f"trainer.default_local_dir={ckpt}"]  # env.on_cpu: 10 steps
     check_resume(resolve_config(compose_config("quickstart", base), gpu_count=1))  # the first run's manifest
-    save_checkpoint(ckpt, 3)
+    save_checkpoint(ckpt, 10)
     assert train_grpo.run(compose_config("quickstart", base)) == 0
-    assert f"[resume] experiment {ckpt} already finished at step 3" in capsys.readouterr().out
+    assert f"[resume] experiment {ckpt} already finished at step 10" in capsys.readouterr().out
     assert train_grpo.run(compose_config("quickstart", base + ["env.mix=algebra"])) == 2
-    assert "env.mix: checkpoint easy" in capsys.readouterr().err
+    assert "env.mix: checkpoint quickstart" in capsys.readouterr().err
