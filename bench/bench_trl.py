@@ -17,7 +17,7 @@ quickstart says. They run one after the other (never at once: 2 cores), each in 
   (old_log_prob, ref, adv, update_weights, env_feedback, ...).
 - TRL: `GRPOTrainer` (transformers generation, no vLLM) on the same model folder, the first prompts of our train stream
   (training.data.build_train_stream: same mix, seed, system prompt, prompt-length filter), our reward
-  (envs.trl_reward.reasoning_gym_reward, with the config's env.reward options bound), and the mapped settings of
+  (envs.trl_reward.make_trl_reward with the config's reward options), and the mapped settings of
   `trl_settings` (group size, prompts per optimizer step, micro-batch, token limits, sampling, optimizer, KL, entropy,
   clipping, loss aggregation, gradient checkpointing, fp32, threads). Step = on_step_begin -> on_step_end of a
   TrainerCallback; generation = `_generate_and_score_completions` less its reference/old log-prob forwards (sampling,
@@ -38,7 +38,6 @@ trl alone). Only the TRL subprocess gets it, on PYTHONPATH:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -390,18 +389,16 @@ def trl_worker(args: argparse.Namespace) -> None:
     import trl
     from trl import GRPOConfig
 
-    import envs.trl_reward
-    import envs.verl_reward
+    from envs.trl_reward import make_trl_reward
 
-    # Our reward with the config's options: reasoning_gym_reward calls envs.trl_reward.compute_score, bound here.
-    envs.trl_reward.compute_score = functools.partial(envs.verl_reward.compute_score, **settings["reward_options"])
     start = time.perf_counter()
     rows = trl_dataset_rows(cfg, settings["prompts"] * settings["steps"])
     data_seconds = time.perf_counter() - start
     config = GRPOConfig(output_dir=str(args.out / "trl_output"), **settings["config"])
     callback = step_timer_callback()
-    trainer = timed_trainer_class()(model=settings["model_path"], reward_funcs=envs.trl_reward.reasoning_gym_reward,
-                                    args=config, train_dataset=datasets.Dataset.from_list(rows), callbacks=[callback])
+    reward = make_trl_reward(**settings["reward_options"])
+    trainer = timed_trainer_class()(model=settings["model_path"], reward_funcs=reward, args=config,
+                                    train_dataset=datasets.Dataset.from_list(rows), callbacks=[callback])
     callback.trainer = trainer
     init_seconds = time.perf_counter() - start - data_seconds
     trainer.train()

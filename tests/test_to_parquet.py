@@ -262,10 +262,31 @@ def test_trl_layout_and_reward_wrapper(written):
     assert asyncio.run(reasoning_gym_reward(prompts=prompts, completions=texts, completion_ids=None, **kwargs)) == expected
 
 
-def test_the_readme_shows_the_tested_wrapper():
-    from envs.trl_reward import reasoning_gym_reward
+def test_trl_reward_options_reach_the_score(written):
+    """make_trl_reward binds reward options: an untagged correct sum scores 1 with answer_fallback only."""
+    from datasets import load_dataset
 
-    assert inspect.getsource(reasoning_gym_reward) in (REPO / "README.md").read_text()
+    from envs.trl_reward import make_trl_reward, reasoning_gym_reward
+
+    dataset = load_dataset("parquet", data_files=str(written))["train"]
+    entries = [decode_entry(r["extra_info"]["entry_json"]) for r in dataset]
+    rows = [r for r, e in zip(dataset, entries) if e["metadata"]["source_dataset"] == "chain_sum"]
+    assert rows
+    texts = [f"So the result is {e['answer']}." for e in entries if e["metadata"]["source_dataset"] == "chain_sum"]
+    kwargs = {key: [r[key] for r in rows] for key in ("data_source", "reward_model", "extra_info")}
+    prompts = [r["prompt"] for r in rows]
+    fallback = make_trl_reward(answer_fallback="last_number")
+    assert fallback.__name__ == "reasoning_gym_reward"  # TRL's metric names come from it
+    assert asyncio.run(fallback(prompts=prompts, completions=texts, **kwargs)) == [1.0] * len(rows)
+    assert asyncio.run(reasoning_gym_reward(prompts=prompts, completions=texts, **kwargs)) == [0.0] * len(rows)
+    with pytest.raises(ValueError, match="answer_fallback"):
+        asyncio.run(make_trl_reward(answer_fallback="first_word")(prompts=prompts, completions=texts, **kwargs))
+
+
+def test_the_readme_shows_the_tested_wrapper():
+    from envs.trl_reward import make_trl_reward
+
+    assert inspect.getsource(make_trl_reward) in (REPO / "README.md").read_text()
 
 
 def test_trls_own_reward_call(written):
