@@ -54,6 +54,9 @@ def test_metrics_of_a_group():
     metrics = env_metrics(records)
     assert metrics["env/a/accuracy"] == 0.5 and metrics["env/b/answer_rate"] == 0.0
     assert metrics["env/response_length"] == 6.0 and zero_variance_fraction(records) == 0.5
+    assert metrics["env/zero_variance_groups"] == 0.5  # one of the two groups is flat: task b's
+    assert metrics["env/a/zero_variance_groups"] == 0.0 and metrics["env/b/zero_variance_groups"] == 1.0
+    assert env_metrics([])["env/zero_variance_groups"] == 0.0
 
 
 def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):

@@ -1,7 +1,7 @@
 """Per-task metrics of one step's responses, with stable keys grouped by prefix.
 
-Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples}, env/{reward,accuracy,answer_rate},
-env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
+Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples,zero_variance_groups}, env/{reward,accuracy,
+answer_rate}, env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
 timing/score_max (the slowest response's time in our reward function),
 curriculum/<task>/level, sampling/<task>/{weight,signal,groups} (envs.sampler). The same function serves the trainer and the preflight, so both report alike.
 """
@@ -53,7 +53,7 @@ def zero_variance_fraction(records: Iterable[SampleRecord]) -> float:
 
 
 def env_metrics(records: list[SampleRecord]) -> dict[str, float]:
-    """Returns env/<task>/... means per task and overall, and env/zero_variance_groups."""
+    """Returns env/<task>/... means per task and overall, and the share of zero-variance groups of each and of all."""
     by_task: dict[str, list[SampleRecord]] = defaultdict(list)
     for record in records:
         by_task[record.task].append(record)
@@ -66,7 +66,8 @@ def env_metrics(records: list[SampleRecord]) -> dict[str, float]:
         metrics[f"{prefix}/answer_rate"] = fmean(r.answer_found for r in group)
         metrics[f"{prefix}/response_length"] = fmean(r.response_length for r in group)
         metrics[f"{prefix}/samples"] = float(len(group))
-    metrics["env/zero_variance_groups"] = zero_variance_fraction(records)
+        metrics[f"{prefix}/zero_variance_groups"] = zero_variance_fraction(group)  # which tasks give no signal
+    metrics.setdefault("env/zero_variance_groups", zero_variance_fraction(records))
     if records:
         metrics["timing/score_max"] = max(r.score_seconds for r in records)  # our reward function, slowest response
     return metrics

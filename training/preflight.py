@@ -111,14 +111,15 @@ def per_task_table(records: list[SampleRecord], prompt_lengths: dict[str, int]) 
     """Returns the preflight table: one row per task and a total row."""
     metrics = env_metrics(records)
     tasks = sorted({r.task for r in records})
-    header = f"{'task':<28} {'samples':>7} {'reward':>7} {'acc':>6} {'answer':>7} {'resp len':>8} {'prompt max':>10}"
+    header = (f"{'task':<28} {'samples':>7} {'reward':>7} {'acc':>6} {'answer':>7} {'flat':>6} {'resp len':>8} "
+              f"{'prompt max':>10}")
     lines = [header, "-" * len(header)]
     for task, prefix in [(t, f"env/{t}") for t in tasks] + [("all", "env")]:
         lines.append(f"{task:<28} {int(metrics[prefix + '/samples']):>7} {metrics[prefix + '/reward']:>7.3f} "
                      f"{metrics[prefix + '/accuracy']:>6.3f} {metrics[prefix + '/answer_rate']:>7.3f} "
-                     f"{metrics[prefix + '/response_length']:>8.1f} "
+                     f"{metrics[prefix + '/zero_variance_groups']:>6.2f} {metrics[prefix + '/response_length']:>8.1f} "
                      f"{max(prompt_lengths.values()) if task == 'all' else prompt_lengths.get(task, 0):>10}")
-    lines.append(f"zero-variance groups (no GRPO signal): {metrics['env/zero_variance_groups']:.2f}")
+    lines.append(f"zero-variance groups (no GRPO signal; 'flat' per task): {metrics['env/zero_variance_groups']:.2f}")
     return "\n".join(lines)
 
 
