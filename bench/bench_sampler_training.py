@@ -1,6 +1,6 @@
 """Real training, side by side: uniform task weights vs the learnability sampler, on CPU with SmolLM2-135M.
 
-    python bench/bench_sampler_training.py --steps 16 --seeds 0 1 --workdir /tmp/sampler_bench   # 4 runs, ~70 min
+    python bench/bench_sampler_training.py --steps 16 --seeds 0 1 2 --workdir /tmp/sampler_bench   # 6 runs, ~85 min
     python bench/bench_sampler_training.py --steps 3 --model tiny                                 # plumbing check only
 
 Both arms train the quickstart config (its CPU settings) on the same mix of learnable and far too hard tasks (written
@@ -10,11 +10,15 @@ adds `sampler: {strategy: learnability}` at its default settings. verl's file lo
 every step's metrics. Per seed the script prints, per step, env/zero_variance_groups and the mean reward
 (critic/score/mean) of both arms and the learnability arm's weights; then the share of zero-variance groups over all
 steps of both arms and the relative reduction (the issue's target: >= 30% fewer at equal steps), per seed and pooled.
-It draws both arms' zero-variance share per step and the learnability arm's weights to `<workdir>/sampler_training.png`
-and writes the numbers to `<workdir>/summary.json`.
+It also counts, per task, the groups whose scores are all equal in both arms' generation dumps (env.dump: a few whole
+groups a step) and says how few zero-variance groups any reweighting of this mix could reach at those rates (every
+group beyond the floors on the task with the fewest). It draws both arms' zero-variance share per step and the
+learnability arm's weights to `<workdir>/sampler_training.png` and writes the numbers to `<workdir>/summary.json`.
+No task is far too easy for SmolLM2 at temperature 1 (it gets 21% of "State the final answer ...: 4821 =" right;
+BENCHMARKS.md), so this mix's flat groups are all-wrong ones.
 
 Runs are kept: an arm whose metrics file in `<workdir>/seed<S>/` already holds the asked steps is read, not re-run, so
-an interrupted comparison resumes where it stopped (each arm takes ~17 min for 16 steps on 2 cores; two Ray runs side
+an interrupted comparison resumes where it stopped (an arm takes 12-15 min for 16 steps on 2 cores; two Ray runs side
 by side do not fit 24 GiB, so arms run one after another). Add `--dynamic-sampling` to compare with
 algorithm.filter_groups.enable=true (then the kept batch has none; sampling/observed_zero_variance_groups counts every
 group generated, dropped ones included).
