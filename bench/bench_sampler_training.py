@@ -41,8 +41,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from envs.mix import load_mix  # noqa: E402
-from envs.sampler import floored_shares  # noqa: E402
+from envs.mix import Mix, load_mix  # noqa: E402
+from envs.sampler import floored_shares, group_value  # noqa: E402
 from training.report import write_atomic  # noqa: E402
 from utils.generation_viewer import read_jsonl  # noqa: E402
 
@@ -68,8 +68,7 @@ def read_steps(log: Path) -> list[dict]:
     """The per-step metric dicts of a run's file logger (empty when there is no log yet)."""
     if not log.exists():
         return []
-    records = [json.loads(line)["data"] for line in log.read_text().splitlines() if line.strip()]
-    return [r for r in records if "env/zero_variance_groups" in r]
+    return [r["data"] for r in read_jsonl(log) if "env/zero_variance_groups" in r.get("data", {})]
 
 
 def train(name: str, mix: Path, seed: int, args: argparse.Namespace, workdir: Path) -> list[dict]:
@@ -134,14 +133,13 @@ def flat_rates(folder: Path) -> dict[str, tuple[int, int]]:
     counts: dict[str, tuple[int, int]] = {}
     for (_, task, _), scores in groups.items():
         flat, total = counts.get(task, (0, 0))
-        counts[task] = (flat + (max(scores) - min(scores) < 1e-9), total + 1)
+        counts[task] = (flat + (group_value(scores, "variance") == 0.0), total + 1)  # the sampler's own rule
     return dict(sorted(counts.items()))
 
 
-def best_possible(rates: dict[str, float], mix_path: Path) -> float:
+def best_possible(rates: dict[str, float], mix: Mix) -> float:
     """The zero-variance share if every group beyond the sampler's floors came from the task with the lowest rate:
     what no reweighting of this mix can beat, given the tasks' own shares of flat groups."""
-    mix = load_mix(mix_path)
     total = sum(spec.weight for spec in mix.tasks)
     floor = mix.sampler.floor
     best = min(mix.keys, key=lambda k: rates[k])
@@ -204,8 +202,9 @@ def main() -> None:
     print("share of flat groups per task (both arms' generation dumps): "
           + ", ".join(f"{t} {rates[t]:.2f} ({flat}/{total})" for t, (flat, total) in counts.items() if total))
     ceiling = None
-    if len(rates) == len(load_mix(workdir / f"seed{args.seeds[0]}" / "mix_learnability.yaml").keys):
-        floor_share = best_possible(rates, workdir / f"seed{args.seeds[0]}" / "mix_learnability.yaml")
+    mix = load_mix(workdir / f"seed{args.seeds[0]}" / "mix_learnability.yaml")
+    if set(rates) == set(mix.keys):
+        floor_share = best_possible(rates, mix)
         ceiling = 1 - floor_share / pooled["uniform"]
         print(f"best any reweighting could do with these rates and the floors: {floor_share:.3f} zero-variance groups, "
               f"{ceiling:.0%} fewer than uniform's measured {pooled['uniform']:.3f}")

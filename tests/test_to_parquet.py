@@ -270,9 +270,10 @@ def test_trl_reward_options_reach_the_score(written):
 
     dataset = load_dataset("parquet", data_files=str(written))["train"]
     entries = [decode_entry(r["extra_info"]["entry_json"]) for r in dataset]
-    rows = [r for r, e in zip(dataset, entries) if e["metadata"]["source_dataset"] == "chain_sum"]
-    assert rows
-    texts = [f"So the result is {e['answer']}." for e in entries if e["metadata"]["source_dataset"] == "chain_sum"]
+    sums = [(r, e) for r, e in zip(dataset, entries) if e["metadata"]["source_dataset"] == "chain_sum"]
+    assert sums
+    rows = [r for r, _ in sums]
+    texts = [f"So the result is {e['answer']}." for _, e in sums]
     kwargs = {key: [r[key] for r in rows] for key in ("data_source", "reward_model", "extra_info")}
     prompts = [r["prompt"] for r in rows]
     fallback = make_trl_reward(answer_fallback="last_number")
