@@ -32,6 +32,7 @@ from training.checks import (  # noqa: E402
     raise_if_problems,
 )
 from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
+from training.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.hardware import (  # noqa: E402
     apply_cpu_backend,
     apply_cpu_overrides,
@@ -143,9 +144,13 @@ def launch(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> int:
     """Checks, then the preflight (preflight=true) or training on CUDA or the CPU backend. Returns the exit code."""
-    import torch
-
-    visible = visible_gpu_count() if torch.cuda.is_available() else 0
+    torch_cuda = probe_torch()
+    if not cfg.get("preflight", False):  # a launch never trains on another device than asked without saying so
+        problem = device_problem(str(cfg.trainer.get("device", "auto")), probe_host(), torch_cuda)
+        if problem:
+            print(f"[check] {problem}", file=sys.stderr)
+            return 2
+    visible = visible_gpu_count() if torch_cuda.usable else 0
     try:
         tokenizer = prepare(cfg, visible)
     except ConfigProblem as err:
