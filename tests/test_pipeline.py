@@ -17,7 +17,7 @@ EVAL = ["--eval-config", "configs/eval/smoke.yaml", "--eval-backend", "hf", "--e
 
 def pipeline(run_dir: Path, tiny_run: list[str]) -> str:
     cmd = [sys.executable, "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", str(run_dir), *EVAL,
-           *tiny_run, "trainer.total_training_steps=2", "trainer.save_freq=2"]
+           *tiny_run, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.device=cpu"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
