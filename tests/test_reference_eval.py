@@ -132,3 +132,21 @@ def test_cli_runs_their_file_on_the_tiny_model(tiny_model_dir, tmp_path, capsys)
     # a rerun resumes: nothing generated again
     assert main(argv[:-1]) == 0
     assert json.loads((ours / "results.json").read_text())["run"]["generated_samples"] == 0
+
+
+def test_our_suites_write_their_layout_too(tmp_path):
+    """--reference-output on one of our suites: categories as theirs, a composite as a category of its members."""
+    from datetime import datetime
+
+    from tests.test_evaluate_model import SMOKE
+
+    cfg = load_config(SMOKE, ["model.path=unused", "sampling.n=2"])
+    run_evaluation(cfg, str(tmp_path), backend=ScriptedBackend(build_suite(cfg)))
+    records = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    out = reference_results(cfg, records, datetime(2025, 1, 1), 1.0)
+    names = [c["name"] for c in out["categories"]]
+    assert names == ["arithmetic", "algorithmic", "mixed"]
+    mixed = out["categories"][2]["datasets"]
+    assert {d["name"] for d in mixed} <= {"chain_sum", "letter_counting"}
+    assert sum(d["total_examples"] for d in mixed) == 4 and all(d["average_score"] == 0.5 for d in mixed)
+    assert out["metadata"]["eval_repeats"] == 2
