@@ -105,6 +105,7 @@ class EvalConfig:
     output_dir: str = ""  # default: results/<config stem>
     score_timeout_s: float = 10.0  # per-response scoring timeout
     bootstrap_samples: int = 1000  # resamples for confidence intervals
+    reference: Any = None  # evaluation.reference_config.ReferenceEval when the file used reasoning-gym's schema
 
 
 TOP_KEYS = {"model", "sampling", "prompt", "suite", "pass_k", "output_dir", "score_timeout_s", "bootstrap_samples"}
@@ -298,7 +299,6 @@ def validate(cfg: EvalConfig) -> None:
 def load_config(path: str, overrides: list[str] | None = None) -> EvalConfig:
     """Read a YAML suite, apply `key=value` overrides (omegaconf dotlist) and validate it."""
     import yaml
-    from omegaconf import OmegaConf
 
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such config file (shipped suites are in configs/eval/)")
@@ -307,10 +307,30 @@ def load_config(path: str, overrides: list[str] | None = None) -> EvalConfig:
             raw = yaml.safe_load(fh) or {}
         except yaml.YAMLError as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
-    if overrides:
-        bad = [o for o in overrides if "=" not in o]
-        if bad:
-            raise ConfigError(f"{path}: overrides must look like key=value, got {bad}")
-        merged = OmegaConf.merge(OmegaConf.create(raw), OmegaConf.from_dotlist(list(overrides)))
-        raw = OmegaConf.to_container(merged, resolve=True)
-    return config_from_dict(raw, source=path)
+    overrides = list(overrides or [])
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"{path}: overrides must look like key=value, got {bad}")
+    reference = None
+    from evaluation.reference_config import ReferenceSchemaError, is_reference_config, translate_reference
+
+    if is_reference_config(raw):  # reasoning-gym's schema: their keys may be overridden by name, then translated
+        theirs = [o for o in overrides if o.split("=", 1)[0].split(".")[0] not in TOP_KEYS]
+        overrides = [o for o in overrides if o not in theirs]
+        try:
+            raw, reference = translate_reference(_merge(raw, theirs), path)
+        except ReferenceSchemaError as err:
+            raise ConfigError(str(err)) from err
+    cfg = config_from_dict(_merge(raw, overrides), source=path)
+    cfg.reference = reference
+    return cfg
+
+
+def _merge(raw: dict, overrides: list[str]) -> dict:
+    """`raw` with omegaconf dotlist overrides applied (unchanged when there are none)."""
+    from omegaconf import OmegaConf
+
+    if not overrides:
+        return raw
+    merged = OmegaConf.merge(OmegaConf.create(raw), OmegaConf.from_dotlist(overrides))
+    return OmegaConf.to_container(merged, resolve=True)

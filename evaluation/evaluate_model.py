@@ -4,6 +4,11 @@
         [sampling.n=1 suite.size=10 ...]
     python evaluation/evaluate_model.py --config configs/eval/inter_algebra.yaml --model http://127.0.0.1:8000/v1
     python evaluation/evaluate_model.py --compare BASE_DIR_OR_JSON TRAINED_DIR_OR_JSON --output DIR
+    python evaluation/evaluate_model.py --config eval_games_composite.yaml [--reference-output [DIR]]  # reasoning-gym's
+
+A YAML in reasoning-gym's training/evaluations/ schema (model_path, eval_repeats, categories: [{category, datasets}],
+...) is recognised and translated (evaluation/reference_config.py); `--reference-output` also writes their result
+file, DIR/local_<timestamp>/results.json (DIR defaults to the YAML's output_dir, else the output folder).
 
 Writes generations.jsonl (appended as results arrive; rerunning the same command resumes), results.json, results.md
 and results.png into the output folder (default outputs/eval/<config name>/<model name>).
@@ -22,6 +27,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
+from datetime import datetime  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
 
@@ -36,6 +42,7 @@ class Args:
     overrides: list[str] = field(default_factory=list)  # key=value, e.g. sampling.n=1 suite.size=5
     compare: list[str] | None = None  # BASE TRAINED results (folders or results.json)
     labels: list[str] = field(default_factory=lambda: ["base", "trained"])  # names of the compared runs
+    reference_output: str | None = None  # also write reasoning-gym's results layout under this root ("" = default)
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -44,7 +51,11 @@ def parse_args(argv: list[str] | None = None) -> Args:
     p.add_argument("--config", help="YAML suite, e.g. configs/eval/smoke.yaml")
     p.add_argument("--model", help="model folder / hub name, or http(s)://HOST:PORT/v1 of an OpenAI-compatible server")
     p.add_argument("--backend", help="vllm | hf | openai | package.module:builder (default: the YAML's)")
-    p.add_argument("--output", help="output folder; rerunning into the same folder resumes")
+    p.add_argument("--output", "--output-dir", dest="output",
+                   help="output folder; rerunning into the same folder resumes")
+    p.add_argument("--reference-output", nargs="?", const="", metavar="DIR",
+                   help="also write reasoning-gym's result file DIR/local_<timestamp>/results.json (default DIR: "
+                        "the reasoning-gym YAML's output_dir, else the output folder)")
     p.add_argument("--compare", nargs=2, metavar=("BASE", "TRAINED"), help="compare two results (folders or json)")
     p.add_argument("--labels", nargs=2, default=["base", "trained"], help="names of the compared runs")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the YAML (omegaconf dot paths)")
@@ -72,10 +83,12 @@ def cli_overrides(args: Args) -> list[str]:
 
 
 def default_output_dir(cfg) -> str:
-    """outputs/eval/<config stem>/<model name> (the model's last path component, or the endpoint host)."""
+    """outputs/eval/<config stem>/<model name> (the model's last path component, or the endpoint host); a
+    reasoning-gym YAML's output_dir replaces outputs/eval."""
     stem = os.path.splitext(os.path.basename(cfg.source))[0]
     model = cfg.model.path.rstrip("/") or cfg.model.base_url.split("//")[-1].split("/")[0]
-    return os.path.join("outputs", "eval", stem, os.path.basename(model).replace(":", "_") or "model")
+    root = cfg.reference.output_dir if cfg.reference else os.path.join("outputs", "eval")
+    return os.path.join(root, stem, os.path.basename(model).replace(":", "_") or "model")
 
 
 def ensure_hash_seed() -> None:
@@ -107,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     out_dir = cfg.output_dir or default_output_dir(cfg)
+    for line in cfg.reference.console_lines() if cfg.reference else []:
+        print(line)
     print(f"model {cfg.model.path or cfg.model.base_url} | backend {cfg.model.backend} | output {out_dir}")
     print(f"sampling {cfg.sampling} | system prompt {cfg.system_prompt!r} | pass@k {cfg.pass_k}")
 
@@ -115,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.report import RESULTS_MD
     from evaluation.runner import run_evaluation
 
+    started = datetime.now()
     try:
         results = run_evaluation(cfg, out_dir)
     except ConfigError as err:
@@ -127,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out_dir, RESULTS_MD)) as fh:
         print(fh.read())
     print(f"wrote {out_dir}/results.json, results.md, results.png, generations.jsonl")
+    if args.reference_output is not None:
+        from evaluation.reference_output import write_reference_output
+
+        root = args.reference_output or (cfg.reference.output_dir if cfg.reference else out_dir)
+        path = write_reference_output(cfg, out_dir, root, started, (datetime.now() - started).total_seconds())
+        print(f"wrote {path} (reasoning-gym's result layout)")
     return 0 if results["run"]["complete"] else 1
 
 

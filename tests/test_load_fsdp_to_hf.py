@@ -266,3 +266,58 @@ def test_lora_only_checkpoint_needs_and_uses_the_base_model(ckpts, tmp_path, cap
                           "--verify"))
     full = weights(export(ckpts["lora"], tmp_path / "full", "--dtype", "fp32"))
     assert set(ours) == set(full) and all(torch.equal(ours[k], full[k]) for k in full)
+
+
+def _snapshot(folder: Path) -> dict:
+    """Every file under `folder` with its bytes' hash and mtime: a write anywhere inside changes it."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_three_path_form_reads_config_from_hf_dir_and_writes_nothing_there(ckpts, tmp_path, monkeypatch):
+    """reasoning-gym's README form: ACTOR_DIR HF_DIR OUTPUT, OUTPUT relative to the working directory."""
+    actor = _copy_actor(ckpts, tmp_path)
+    hf_dir = Path(shutil.copytree(actor / "huggingface", tmp_path / "base"))
+    (hf_dir / "chat_template.jinja").write_text((hf_dir / "chat_template.jinja").read_text() + "{# from HF_DIR #}")
+    before = {"actor": _snapshot(actor), "hf": _snapshot(hf_dir)}
+    monkeypatch.chdir(tmp_path)
+    assert main([str(actor), str(hf_dir), "qwen_tiny", "--dtype", "fp32", "--quiet", "--verify"]) == 0
+    out = tmp_path / "qwen_tiny"
+    assert (out / "chat_template.jinja").read_text().endswith("{# from HF_DIR #}")
+    assert AutoTokenizer.from_pretrained(out).chat_template.endswith("{# from HF_DIR #}")
+    ref = reference(ckpts["w2"])
+    ours = weights(out)
+    assert set(ours) == set(ref) and all(torch.equal(ours[k], ref[k]) for k in ref)
+    assert {"actor": _snapshot(actor), "hf": _snapshot(hf_dir)} == before
+
+
+def test_three_path_form_equals_two_path_form_with_verls_hf_folder(ckpts, tmp_path):
+    actor = ckpts["w2"] / "global_step_1" / "actor"
+    three = tmp_path / "three"
+    assert main([str(actor), str(actor / "huggingface"), str(three), "--quiet"]) == 0
+    two = export(actor, tmp_path / "two")
+    assert sorted(p.name for p in three.iterdir()) == sorted(p.name for p in two.iterdir())
+    assert all((three / p.name).read_bytes() == p.read_bytes() for p in two.iterdir())
+
+
+def test_three_path_form_refuses_bad_hf_dir_and_output_inside_a_source(ckpts, tmp_path, capsys):
+    actor = _copy_actor(ckpts, tmp_path)
+    before = _snapshot(actor)
+    assert main([str(actor), str(tmp_path), str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"HF_DIR {tmp_path} has no config.json" in err and "actor/huggingface" in err
+    for inside in (actor / "huggingface" / "merged", actor / "hf"):
+        assert main([str(actor), str(actor / "huggingface"), str(inside), "--quiet"]) == 1
+        assert "never writes into" in capsys.readouterr().err
+    assert _snapshot(actor) == before and not (tmp_path / "out").exists()
+
+
+def test_help_shows_both_forms_and_four_paths_are_refused(tmp_path):
+    script = [sys.executable, str(ROOT / "utils" / "load_fsdp_to_hf.py")]
+    shown = subprocess.run([*script, "--help"], env=ENV, capture_output=True, text=True)
+    assert shown.returncode == 0
+    assert "CHECKPOINT OUTPUT_DIR [options]" in shown.stdout and "ACTOR_DIR HF_DIR OUTPUT_DIR" in shown.stdout
+    wrong = subprocess.run([*script, "a", "b", "c", "d"], env=ENV, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "got 4" in wrong.stderr

@@ -91,8 +91,10 @@ def resolve_actor_dir(path: str | Path) -> Path:
                           f"actor/ folder, global_step_N folders or {TRACKER}")
 
 
-def read_layout(actor_dir: Path) -> Layout:
-    """Check the shard set against fsdp_config.json: every rank present, one world size, HF config folder there."""
+def read_layout(actor_dir: Path, hf_dir: str | Path | None = None) -> Layout:
+    """Check the shard set against fsdp_config.json: every rank present, one world size, HF config folder there.
+
+    `hf_dir` replaces `actor/huggingface` as the source of the model config and tokenizer (the reference's form)."""
     found: dict[int, dict[int, Path]] = {}
     for p in actor_dir.iterdir():
         if m := SHARD_RE.match(p.name):
@@ -111,9 +113,15 @@ def read_layout(actor_dir: Path) -> Layout:
     missing = [f"model_world_size_{world}_rank_{r}.pt" for r in range(world) if r not in found[world]]
     if missing:
         raise CheckpointError(f"{actor_dir} is missing {', '.join(missing)} (world_size={world})")
-    hf_dir = actor_dir / "huggingface"
-    if not (hf_dir / "config.json").is_file():
-        raise CheckpointError(f"{hf_dir / 'config.json'} is missing; verl saves the model config there on rank 0")
+    if hf_dir is not None:
+        hf_dir = Path(hf_dir).expanduser()
+        if not (hf_dir / "config.json").is_file():
+            raise CheckpointError(f"HF_DIR {hf_dir} has no config.json; pass the folder with the model's config and "
+                                  f"tokenizer (verl writes one at global_step_N/actor/huggingface)")
+    else:
+        hf_dir = actor_dir / "huggingface"
+        if not (hf_dir / "config.json").is_file():
+            raise CheckpointError(f"{hf_dir / 'config.json'} is missing; verl saves the model config there on rank 0")
     return Layout(actor_dir, world, config.get("FSDP_version"), [found[world][r] for r in range(world)], hf_dir)
 
 

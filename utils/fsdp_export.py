@@ -45,6 +45,7 @@ class ExportOptions:
     max_shard_size: str = "2GB"  # per safetensors file
     force: bool = False  # replace an existing output folder
     progress: bool = True  # show a progress bar
+    hf_dir: str | None = None  # model config + tokenizer folder instead of actor/huggingface (three-argument form)
 
 
 @dataclass
@@ -206,6 +207,15 @@ def _check_output(output: Path, force: bool, needed: int) -> None:
         raise OSError(f"{output.parent} has {free / 1e9:.2f} GB free; the export needs {needed / 1e9:.2f} GB")
 
 
+def _check_not_inside(output: Path, sources: list[Path]) -> None:
+    """The export never writes into the folders it reads: refuse an OUTPUT equal to or inside one of them."""
+    for source in sources:
+        source = source.expanduser().resolve()
+        if output.resolve() == source or source in output.resolve().parents:
+            raise CheckpointError(f"OUTPUT {output} lies inside {source}, which the export reads from and never "
+                                  f"writes into; choose an output folder outside it (e.g. exported/<name>)")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -229,7 +239,8 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, options: Expor
     if options.dtype not in DTYPES or options.lora not in ("merge", "adapter"):
         raise ValueError(f"dtype must be one of {list(DTYPES)} and lora 'merge' or 'adapter'; got {options}")
     start, output = time.perf_counter(), Path(output).expanduser().absolute()
-    layout = read_layout(resolve_actor_dir(checkpoint))
+    layout = read_layout(resolve_actor_dir(checkpoint), options.hf_dir)
+    _check_not_inside(output, [layout.actor_dir, layout.hf_dir])
     entries = plan_entries(layout, load_shards(layout))
     config = json.loads((layout.hf_dir / "config.json").read_text())
     model, adapter = plan_outputs(layout, entries, config, options)

@@ -81,7 +81,7 @@ def check_loadable(folder: Path, names: set[str]) -> None:
 def verify_export(checkpoint: str | Path, folder: str | Path, options: ExportOptions | None = None) -> dict:
     """Re-read the checkpoint and the exported folder and compare them; raises VerifyError on any difference."""
     options, folder = options or ExportOptions(), Path(folder)
-    layout = read_layout(resolve_actor_dir(checkpoint))
+    layout = read_layout(resolve_actor_dir(checkpoint), options.hf_dir)
     entries = plan_entries(layout, load_shards(layout))
     config = json.loads((layout.hf_dir / "config.json").read_text())
     model, adapter = plan_outputs(layout, entries, config, options)
