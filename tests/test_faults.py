@@ -171,3 +171,89 @@ def test_killed_rollout_server_stops_the_run_naming_it(tiny_run, tmp_path):
     assert fault and "rollout server 0" in fault[0] and "dead" in fault[0], output[-6000:]
     assert "training/train_grpo.py --config-name quickstart" in fault[-1]
     assert not re.search(r"\bstep:2 - ", output)
+
+
+def start_run(tiny_run: list[str], run_dir: Path, ckpt: Path, steps: int, *overrides: str):
+    """Starts train_grpo.py saving every step into `ckpt`; returns (process, log path)."""
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
+           f"trainer.total_training_steps={steps}", "trainer.save_freq=1", f"trainer.default_local_dir={ckpt}",
+           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0", *overrides]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
+               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / f"output-{time.monotonic_ns()}.log"
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True), log
+
+
+def wait_for(condition, proc, timeout: float, period: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if condition():
+            return True
+        time.sleep(period)
+    return condition()
+
+
+def tracker(ckpt: Path) -> str:
+    path = ckpt / "latest_checkpointed_iteration.txt"
+    return path.read_text().strip() if path.is_file() else ""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_full_checkpoint_disk_is_named_and_the_last_checkpoint_stays_latest(tiny_run, tmp_path):
+    """The checkpoint folder sits on a small tmpfs; once step 1 is saved the disk is filled: the save of step 2
+    fails, the run stops naming disk space and the resume command, and global_step_1 stays the latest."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256M", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    proc = None
+    try:
+        proc, log = start_run(tiny_run, tmp_path / "run", disk / "ckpt", 3)
+        assert wait_for(lambda: tracker(disk / "ckpt") == "1", proc, 900), log.read_text()[-4000:]
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(disk / "filler", "wb") as filler:
+            filler.write(b"\0" * (free - 256 * 1024))
+        proc.wait(timeout=600)
+        output = log.read_text(errors="replace")
+        assert proc.returncode == 1, output[-6000:]
+        fault = [line for line in output.splitlines() if line.startswith("[fault]")]
+        assert fault and "the disk holding" in fault[0] and "is full" in fault[0], output[-6000:]
+        assert "to resume from the last checkpoint: python training/train_grpo.py" in fault[-1]
+        assert tracker(disk / "ckpt") == "1"
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_driver_killed_while_saving_resumes_from_the_last_complete_checkpoint(tiny_run, tmp_path):
+    """SIGKILL of the driver as global_step_2 appears: Ray's processes go with it, and a new driver resumes from
+    the step the tracker names (never from a half-written folder) and finishes."""
+    import psutil
+
+    ckpt = tmp_path / "ckpt"
+    proc, log = start_run(tiny_run, tmp_path / "run", ckpt, 3)
+    assert wait_for(lambda: (ckpt / "global_step_2").exists(), proc, 900, period=0.02), log.read_text()[-4000:]
+    family = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait()
+    at_kill = tracker(ckpt)
+    gone, alive = psutil.wait_procs(family, timeout=60)
+    for leftover in alive:
+        leftover.kill()
+    assert not alive, f"left running after the driver died: {[' '.join(p.cmdline()) for p in alive]}"
+    assert at_kill in ("1", "2")
+    resumed, log = start_run(tiny_run, tmp_path / "run", ckpt, 3)
+    resumed.wait(timeout=900)
+    output = log.read_text(errors="replace")
+    assert resumed.returncode == 0, output[-6000:]
+    assert f"[resume] resuming {ckpt} from step {at_kill} of 3" in output
+    if at_kill == "1":  # the kill cut the save of step 2: named, not resumed from, then written again
+        assert "global_step_2 past it or incomplete" in output
+    assert tracker(ckpt) == "3" and (ckpt / "global_step_2" / "data.pt").is_file()
