@@ -149,8 +149,7 @@ def test_killed_reward_worker_and_producer_are_replaced_and_every_step_trains_it
     mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
                    "  countdown: {weight: 1.0}\n")
     code, output, _ = run_with_kill(tiny_run, tmp_path / "reward",
-                                    [r"ray::RewardLoopWorker", r"envs\.producer:_generate"], 4, f"env.mix={mix}",
-                                    "data.max_prompt_length=1024")
+                                    [r"ray::RewardLoopWorker", r"envs\.producer:_generate"], 4, f"env.mix={mix}")
     assert code == 0, output[-6000:]
     for step in (1, 2, 3, 4):
         metrics = metrics_of(output, step)

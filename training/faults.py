@@ -110,7 +110,8 @@ def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = No
                  "larger disk, lower trainer.max_actor_ckpt_to_keep), then resume. The half-written step is not "
                  "resumed from: latest_checkpointed_iteration.txt still names the last complete one")
     else:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        named = [line.strip() for line in lines if "dead:" in line or "lost" in line or "died" in line.lower()]
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
+                      if any(marker in line.lower() for line in lines)), [])
         cause = (named or lines or [type(err).__name__])[-1][:600]
     return f"[fault] training stopped: {cause}\n[fault] to resume from the last checkpoint: {resume_command(argv)}"

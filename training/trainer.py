@@ -182,7 +182,11 @@ class ReasoningGymTrainer(PPOTrainerSync):
         except FailedSamples:
             raise
         except Exception as err:
-            dead = dead_actors(self)
+            try:
+                dead = dead_actors(self)
+            except Exception:  # noqa: BLE001 - the diagnosis must never hide the step's own error
+                logger.warning("could not check which actors are alive", exc_info=True)
+                dead = []
             if dead:
                 raise RuntimeError(f"step {getattr(self, 'global_steps', '?')} failed; dead: {'; '.join(dead)}") from err
             raise
