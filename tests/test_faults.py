@@ -120,7 +120,7 @@ def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: 
                 if killed_at is None and re.search(r"\bstep:1 - ", log.read_text(errors="replace")):
                     family = psutil.Process(proc.pid).children(recursive=True)
                     for title in titles:
-                        victims = [p for p in family if re.search(title, " ".join(p.cmdline()))]
+                        victims = [p for p in family if re.search(title, command_line(p))]
                         assert victims, f"no process matching {title!r} under the driver"
                         victims[0].kill()
                     killed_at = time.monotonic()
@@ -131,6 +131,16 @@ def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: 
                 proc.wait()
     assert killed_at is not None, log.read_text()[-4000:]
     return proc.returncode, log.read_text(errors="replace"), time.monotonic() - killed_at
+
+
+def command_line(proc) -> str:
+    """The process's command line ('' once it has exited: a zombie has none)."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def metrics_of(output: str, step: int) -> dict[str, float]:
@@ -246,7 +256,7 @@ def test_driver_killed_while_saving_resumes_from_the_last_complete_checkpoint(ti
     gone, alive = psutil.wait_procs(family, timeout=60)
     for leftover in alive:
         leftover.kill()
-    assert not alive, f"left running after the driver died: {[' '.join(p.cmdline()) for p in alive]}"
+    assert not alive, f"left running after the driver died: {[command_line(p) for p in alive]}"
     assert at_kill in ("1", "2")
     resumed, log = start_run(tiny_run, tmp_path / "run", ckpt, 3)
     resumed.wait(timeout=900)
