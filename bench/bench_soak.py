@@ -66,12 +66,33 @@ def snapshot_leftovers(tmp: Path) -> tuple[set[str], set[str]]:
     return shm, {str(p.relative_to(tmp)) for p in tmp.rglob("*")}
 
 
+def curve_table(samples: list[dict], every: int = 20, min_mib: float = 300.0) -> str:
+    """A markdown table of RSS (MiB) at step 1 and every `every` steps: the processes of at least `min_mib` at the
+    last sample, and the sum over all processes of the run."""
+    picked = [s for s in samples if s["step"] == samples[0]["step"] or s["step"] % every == 0]
+    if picked[-1] is not samples[-1]:
+        picked.append(samples[-1])
+    names = sorted(n for n, mib in samples[-1]["rss_mib"].items() if mib >= min_mib)
+    lines = ["| process | " + " | ".join(f"step {s['step']}" for s in picked) + " |",
+             "| --- |" + " ---: |" * len(picked)]
+    for name in names:
+        lines.append(f"| {name.split('#')[0]} | " + " | ".join(
+            f"{s['rss_mib'].get(name, float('nan')):.0f}" for s in picked) + " |")
+    lines.append(f"| all {len(samples[-1]['rss_mib'])} processes | " + " | ".join(
+        f"{sum(s['rss_mib'].values()):.0f}" for s in picked) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--dynamic-sampling", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="soak-")))
+    parser.add_argument("--table", type=Path, help="print the RSS curve of an earlier run's soak.json and exit")
     args = parser.parse_args()
+    if args.table:
+        print(curve_table(json.loads(args.table.read_text())["samples"]))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *TINY, "trainer.device=cpu",
            f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1",
