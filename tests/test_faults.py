@@ -257,6 +257,11 @@ def test_driver_killed_while_saving_resumes_from_the_last_complete_checkpoint(ti
     proc.kill()
     proc.wait()
     at_kill = tracker(ckpt)
+    for leftover in agents:  # first, so that no exited child of theirs waits for its reaper
+        try:
+            leftover.kill()
+        except psutil.Error:
+            pass
     _, alive = psutil.wait_procs([p for p in family if p not in agents], timeout=60)
     running = []
     for leftover in alive:
@@ -265,7 +270,7 @@ def test_driver_killed_while_saving_resumes_from_the_last_complete_checkpoint(ti
                 running.append(leftover)
         except psutil.Error:
             pass
-    for leftover in [*running, *agents]:
+    for leftover in running:
         try:
             leftover.kill()
         except psutil.Error:
