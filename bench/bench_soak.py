@@ -7,7 +7,8 @@ whenever verl's console prints `step:N - `, records the resident memory (RSS) of
 descendants (Ray's GCS and raylet, the TaskRunner, FSDP workers, rollout server, reward workers, their scoring and
 producer children), keyed by command line. Then: growth of each process from step 20 to the last step (target
 <= 10%), and what is left after exit: descendants still running, new /dev/shm entries, new files in the temporary
-directory (the run's own TMPDIR). Writes DIR/soak.json (the samples) and prints a table; exits 1 when a target is missed.
+directory (the run's own TMPDIR).
+Writes DIR/soak.json (the samples) and prints a table; exits 1 when a target is missed.
 """
 
 from __future__ import annotations

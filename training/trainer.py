@@ -188,7 +188,8 @@ class ReasoningGymTrainer(PPOTrainerSync):
                 logger.warning("could not check which actors are alive", exc_info=True)
                 dead = []
             if dead:
-                raise RuntimeError(f"step {getattr(self, 'global_steps', '?')} failed; dead: {'; '.join(dead)}") from err
+                step = getattr(self, "global_steps", "?")
+                raise RuntimeError(f"step {step} failed; dead: {'; '.join(dead)}") from err
             raise
         with marked_timer("env_feedback", timing_raw, color="cyan"):
             metrics.update(self.env_feedback(batch))
