@@ -4,17 +4,34 @@ Two reasons to generate outside the consuming process: slow generators (games mi
 a training step, and a few generators depend on PYTHONHASHSEED, which only a freshly started process can fix.
 The stream asks for positions ahead (`prefetch`) and collects them in order (`get`); a request is keyed by its
 position and config, so a curriculum change simply makes the stream ask for the new config.
+
+A child that dies (killed, out of memory, a crash in C code) is replaced by a fresh one, which gets the requests the
+dead one had not answered: generation is deterministic, so nothing is lost. A request that kills two children, or one
+that runs past `timeout_s` (a hang; its child is killed), fails alone with GenerationFailed, which the stream counts
+and skips. Too many deaths in all (MAX_RESPAWNS) stop the stream with a RuntimeError that says so.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections import deque
+import time
+from collections import Counter, deque
 from typing import Any, Hashable, Iterator
 
 from envs.generation import generate_entry
 from envs.worker_process import WorkerProcess
+
+log = logging.getLogger(__name__)
+
+GENERATION_TIMEOUT_S = 300.0  # a request unanswered this long is a hang (games items take well under a second)
+MAX_DEATHS_PER_ITEM = 2  # a request whose generation killed this many children fails alone
+MAX_RESPAWNS = 20  # children replaced over a stream's life before it stops with an error
+
+
+class GenerationFailed(RuntimeError):
+    """One item could not be generated (its generator raised, hung, or killed its process): skip and count it."""
 
 
 def _generate(request: tuple[Hashable, tuple]) -> Iterator[tuple[Hashable, dict]]:
@@ -32,6 +49,8 @@ class _Worker:
         self.in_flight: deque[Hashable] = deque()
         self.outbox: queue.Queue = queue.Queue()
         self.ready = threading.Event()
+        self.last_progress = time.monotonic()  # when the oldest in-flight request started waiting, or a frame came
+        self.hung: Hashable | None = None  # the request the watchdog killed this child for
         threading.Thread(target=self._send_forever, daemon=True, name="producer-send").start()
         threading.Thread(target=self._read_forever, daemon=True, name="producer-read").start()
 
@@ -45,8 +64,8 @@ class _Worker:
     def _read_forever(self) -> None:
         try:
             self.process.wait_ready()
-        except (EOFError, OSError, TimeoutError, RuntimeError):
-            self.owner._fail_all(self, "producer process failed to start")
+        except (EOFError, OSError, TimeoutError, RuntimeError) as err:
+            self.owner._fail_all(self, f"a producer process failed to start ({type(err).__name__}: {err})")
             return
         finally:
             self.ready.set()
@@ -54,7 +73,7 @@ class _Worker:
             try:
                 kind, value = self.process.receive()
             except (EOFError, OSError):
-                self.owner._fail_all(self, "producer process exited")
+                self.owner._replace(self)
                 return
             self.owner._deliver(self, kind, value)
 
@@ -62,13 +81,19 @@ class _Worker:
 class Producer:
     """A pool of generator processes with results held by key until the stream collects them."""
 
-    def __init__(self, processes: int):
+    def __init__(self, processes: int, timeout_s: float = GENERATION_TIMEOUT_S):
         if processes < 1:
             raise ValueError(f"a Producer needs at least one process, got {processes}")
+        self.timeout_s = timeout_s
+        self.respawns = 0  # children replaced after they died or hung
         self._cond = threading.Condition()
         self._results: dict[Hashable, Any] = {}
         self._requested: set[Hashable] = set()
+        self._args: dict[Hashable, tuple] = {}  # unanswered requests, sent again to a replacement child
+        self._deaths: Counter = Counter()  # children lost while generating each request
+        self._closed = False
         self._workers = [_Worker(self) for _ in range(processes)]
+        threading.Thread(target=self._watch, daemon=True, name="producer-watchdog").start()
 
     def wait_ready(self) -> None:
         """Blocks until every child process has imported its modules (seconds; do it while other things load)."""
@@ -81,12 +106,16 @@ class Producer:
             if key in self._requested:
                 return
             self._requested.add(key)
+            self._args[key] = args
             worker = min(self._workers, key=lambda w: len(w.in_flight))
+            if not worker.in_flight:
+                worker.last_progress = time.monotonic()
             worker.in_flight.append(key)
         worker.outbox.put((key, args))
 
     def get(self, key: Hashable, args: tuple) -> dict[str, Any]:
-        """Returns the entry for `key`, asking for it first if needed; raises RuntimeError if its generation failed."""
+        """Returns the entry for `key`, asking for it first if needed; raises GenerationFailed if this item could not
+        be generated, RuntimeError if the producer itself cannot go on."""
         self.prefetch(key, args)
         with self._cond:
             while key not in self._results:
@@ -106,15 +135,67 @@ class Producer:
 
     def _deliver(self, worker: _Worker, kind: str, value: Any) -> None:
         with self._cond:
+            worker.last_progress = time.monotonic()
             if kind == "item":
                 key, entry = value
                 self._results[key] = entry
             elif kind == "end":
-                worker.in_flight.popleft()
+                self._args.pop(worker.in_flight.popleft(), None)
             else:
                 key = worker.in_flight.popleft()
-                self._results[key] = RuntimeError(f"generating stream item {key} failed in the producer:\n{value}")
+                self._args.pop(key, None)
+                self._results[key] = GenerationFailed(f"generating stream item {key} failed in the producer:\n{value}")
             self._cond.notify_all()
+
+    def _replace(self, worker: _Worker) -> None:
+        """A child died: a fresh one takes over its unanswered requests; the one it was generating fails alone after
+        MAX_DEATHS_PER_ITEM deaths (or at once if it hung)."""
+        with self._cond:
+            if self._closed or worker not in self._workers:
+                return
+            lost = list(worker.in_flight)
+            worker.in_flight.clear()
+            if lost:
+                head = lost[0]
+                self._deaths[head] += MAX_DEATHS_PER_ITEM if worker.hung == head else 1
+                if self._deaths[head] >= MAX_DEATHS_PER_ITEM:
+                    why = (f"hung for more than {self.timeout_s:g} s" if worker.hung == head
+                           else f"killed {MAX_DEATHS_PER_ITEM} producer processes")
+                    self._results[head] = GenerationFailed(f"stream item {head}: its generator {why}; skipped")
+                    self._args.pop(head, None)
+                    lost = lost[1:]
+            self.respawns += 1
+            if self.respawns > MAX_RESPAWNS:
+                for key in lost:
+                    self._results[key] = RuntimeError(
+                        f"producer processes died {self.respawns} times (last exit code {worker.process.exit_code()}); "
+                        "the machine may be out of memory (see `dmesg`); resume the run from its last checkpoint")
+                self._cond.notify_all()
+                return
+            log.warning("a producer process died (exit code %s) with %d requests unanswered; replaced (%d so far)",
+                        worker.process.exit_code(), len(lost), self.respawns)
+            fresh = _Worker(self)
+            fresh.in_flight.extend(lost)
+            self._workers[self._workers.index(worker)] = fresh
+            for key in lost:
+                fresh.outbox.put((key, self._args[key]))
+            worker.outbox.put(None)
+            self._cond.notify_all()
+        worker.process.kill()  # reaps it and closes its pipes
+
+    def _watch(self) -> None:
+        """Kills a child whose oldest request has waited more than timeout_s (its reader then replaces it)."""
+        while not self._closed:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            with self._cond:
+                stuck = [w for w in self._workers if w.in_flight and w.ready.is_set() and w.hung is None
+                         and time.monotonic() - w.last_progress > self.timeout_s]
+                for worker in stuck:
+                    worker.hung = worker.in_flight[0]
+            for worker in stuck:
+                log.warning("stream item %s: generation hung for more than %g s; killing its producer process",
+                            worker.hung, self.timeout_s)
+                worker.process.terminate()
 
     def _fail_all(self, worker: _Worker, reason: str) -> None:
         with self._cond:
@@ -124,6 +205,9 @@ class Producer:
 
     def close(self) -> None:
         """Stops the feeding threads and kills the child processes (they hold nothing worth waiting for)."""
-        for worker in self._workers:
+        with self._cond:
+            self._closed = True
+            workers = list(self._workers)
+        for worker in workers:
             worker.outbox.put(None)
             worker.process.kill()

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import logging
 import os
 import sys
 from collections import Counter
@@ -30,7 +31,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from envs.curriculum import Curriculum
 from envs.generation import config_key, generate_entry
 from envs.mix import Mix, load_mix
-from envs.producer import Producer
+from envs.producer import GenerationFailed, Producer
 from envs.sampler import TaskSampler
 from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_prompt
 from envs.splits import check_split, item_seed
@@ -143,9 +144,19 @@ class TaskStream(IterableDataset):
         return key, config, self._fetch(key, request_key, args)
 
     def item_at(self, position: int) -> dict[str, Any] | None:
-        """Returns the verl dataset item at `position`, or None if its prompt is too long and filtered."""
+        """Returns the verl dataset item at `position`, or None if its prompt is too long and filtered, or if a producer
+        could not generate it (it raised, hung or killed its process: counted as generation_failed/<task>)."""
         key, config, request_key, args = self._request(position)
-        entry = self._fetch(key, request_key, args)
+        try:
+            entry = self._fetch(key, request_key, args)
+        except GenerationFailed as err:
+            self.stats[f"generation_failed/{key}"] += 1
+            logging.getLogger(__name__).warning("skipped %s at %s position %d: %s", key, self.split, position,
+                                                str(err).splitlines()[0])
+            return None
+        finally:
+            if self._producer is not None and self._producer.respawns:
+                self.stats["producer_respawns"] = self._producer.respawns
         spec = self.mix.task(key)
         messages = build_messages(entry["question"], self.system_prompt)
         if self.tokenizer is not None and self.max_prompt_length:
@@ -215,8 +226,9 @@ class TaskStream(IterableDataset):
                 yield item
             elif (filtered_in_a_row := filtered_in_a_row + 1) >= MAX_CONSECUTIVE_FILTERED:
                 raise ValueError(
-                    f"{filtered_in_a_row} prompts in a row exceed max_prompt_length={self.max_prompt_length} "
-                    f"(filtered so far: {dict(self.stats)}): raise data.max_prompt_length or make the mix's tasks smaller"
+                    f"{filtered_in_a_row} prompts in a row were skipped: too long for max_prompt_length="
+                    f"{self.max_prompt_length} or failed to generate (so far: {dict(self.stats)}): raise "
+                    "data.max_prompt_length or make the mix's tasks smaller, or fix the task that fails"
                 )
 
     def start(self) -> None:

@@ -90,6 +90,19 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def exit_code(self) -> int | None:
+        """The child's exit status (negative: the signal that ended it), None while it runs."""
+        return self._proc.poll()
+
+    def terminate(self) -> None:
+        """Kills the child without reaping it: whoever reads its pipe sees the end and cleans up."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+
     def kill(self) -> None:
         """Kills the child at once (it may be stuck in C code) and reaps it."""
         if self._proc.poll() is None:

@@ -80,8 +80,10 @@ def test_ray_is_sized_from_what_verls_actors_reserve():
                            gpu_count=2)
     [problem] = size_ray(small)
     assert "ray_kwargs.ray_init.num_cpus=8" in problem and f"num_cpus={demand}" in problem
-    remote = compose_config("quickstart", ["+ray_kwargs.ray_init.address=auto", "+ray_kwargs.ray_init.num_cpus=1"])
-    assert size_ray(resolve_config(remote, gpu_count=1)) == []
+    remote = resolve_config(compose_config("quickstart", ["+ray_kwargs.ray_init.address=127.0.0.1:1",
+                                                          "+ray_kwargs.ray_init.num_cpus=1"]), gpu_count=1)
+    [problem] = size_ray(remote)  # joining: no local sizing, and the cluster's own resources are checked
+    assert remote.ray_kwargs.ray_init.num_cpus is None and "no Ray cluster answers at 127.0.0.1:1" in problem
 
 
 def test_gpu_machine_without_the_gpu_stack_is_told_what_to_install():

@@ -122,6 +122,19 @@ def test_resume_point_follows_verls_rules(tmp_path, monkeypatch):
                                "trainer.resume_from_path=other/global_step_7")) == (other, 7)
 
 
+def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path, capsys):
+    """A save cut short (driver killed, disk full) leaves global_step_N without data.pt and the tracker at N-1."""
+    ckpt = tmp_path / "ckpt"
+    check_resume(config(ckpt, steps=4))
+    save_checkpoint(ckpt, 2)
+    (ckpt / "global_step_3" / "actor").mkdir(parents=True)  # the weights' folder, written first; no data.pt
+    line = check_resume(config(ckpt, steps=4))
+    assert line.startswith(f"resuming {ckpt} from step 2 of 4; global_step_3 past it or incomplete")
+    with pytest.raises(ConfigProblem, match="an incomplete checkpoint"):
+        resume_point(config(ckpt, "trainer.resume_mode=resume_path",
+                            f"trainer.resume_from_path={ckpt / 'global_step_3'}"))
+
+
 def test_resume_path_is_checked_against_the_manifest_of_its_experiment(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     check_resume(config(old))

@@ -16,7 +16,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from training.config import compose_config, resolve_config
 from training.metrics import SampleRecord
-from training.trainer import TRAINER_NAME, VERL_MODE, ReasoningGymTrainer
+from training.trainer import TRAINER_NAME, VERL_MODE, GuardedReplayBuffer, ReasoningGymTrainer
 
 
 def assigned_attributes(function) -> set[str]:
@@ -109,7 +109,7 @@ def trainer(tiny_model_dir):
 
 def test_runs_as_verls_sync_trainer(trainer):
     assert trainer.config.trainer.v1.trainer_mode == "sync" and trainer.trainer_mode == "sync"
-    assert type(trainer.replay_buffer) is ReplayBuffer
+    assert type(trainer.replay_buffer) is GuardedReplayBuffer and isinstance(trainer.replay_buffer, ReplayBuffer)
     assert trainer.replay_buffer.poll_interval == trainer.config.env.poll_seconds == 0.05
     assert trainer.total_training_steps == trainer.steps_per_epoch == 20
     assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 20
@@ -227,7 +227,10 @@ def test_dropped_groups_are_read_before_verl_clears_them(tiny_model_dir, monkeyp
 
 
 def test_without_dynamic_sampling_the_buffer_is_verls(trainer):
-    assert type(trainer.replay_buffer) is ReplayBuffer and trainer._dropped_records == []
+    """verl's buffer with only the failed-sample guard added (training/faults.py): no observer, verl's sample()."""
+    buffer = trainer.replay_buffer
+    assert type(buffer) is GuardedReplayBuffer and buffer.observer is None and trainer._dropped_records == []
+    assert buffer.guard == trainer._guard_batch and GuardedReplayBuffer.__mro__[1] is ReplayBuffer
 
 
 def test_sampler_weights_are_logged_and_saved_in_data_pt(tmp_path, tiny_model_dir):

@@ -120,11 +120,14 @@ def ray_cpu_demand(cfg: DictConfig) -> int:
 
 def size_ray(cfg: DictConfig) -> list[str]:
     """Sets ray_kwargs.ray_init.num_cpus when unset (logical CPUs: at least the demand); returns problems when a
-    user-set value is too small for a local cluster (Ray would wait forever for a slot)."""
+    user-set value is too small for a local cluster (Ray would wait forever for a slot). A run that joins a running
+    cluster (RAY_ADDRESS, ray_init.address) gets no local sizing and is checked against that cluster (cluster.py)."""
+    from training.cluster import check_existing_cluster, cluster_address
+
     demand = ray_cpu_demand(cfg)
     ray_init = cfg.ray_kwargs.ray_init
-    if ray_init.get("address"):
-        return []  # an existing cluster brings its own resources
+    if cluster_address(cfg):  # an existing cluster brings its own resources: no local sizing, check the cluster's
+        return check_existing_cluster(cfg, demand)
     if ray_init.get("num_cpus") is None:
         with open_dict(cfg):
             ray_init.num_cpus = max(demand, os.cpu_count() or 1)

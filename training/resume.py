@@ -71,8 +71,29 @@ def resume_point(cfg: DictConfig) -> tuple[Path | None, int]:
         step = int(step_text)
         if not folder.is_dir():
             raise ConfigProblem(f"trainer.resume_from_path={path}: no such folder; point it at a global_step_N folder")
+        if not is_complete(folder):
+            raise ConfigProblem(f"trainer.resume_from_path={path}: an incomplete checkpoint (no data.pt or actor/: its "
+                                "write was interrupted); point it at a complete global_step_N folder")
         return folder, step
     raise ConfigProblem(f"trainer.resume_mode={mode}: use auto, disable or resume_path")
+
+
+def is_complete(folder: Path) -> bool:
+    """True when verl finished writing `folder`: it writes actor/ first, then data.pt, then the tracker file."""
+    return (folder / "data.pt").is_file() and (folder / "actor").is_dir()
+
+
+def incomplete_steps(directory: Path, resumed_step: int) -> list[str]:
+    """Names the global_step_N folders of `directory` that no finished save stands behind: past the step resumed
+    from (a write cut by a kill or a full disk; verl moves the tracker only after a complete save) or incomplete."""
+    if not directory.is_dir():
+        return []
+    names = []
+    for folder in sorted(directory.glob(f"{STEP_PREFIX}*")):
+        step = folder.name[len(STEP_PREFIX):]
+        if step.isdigit() and (int(step) > resumed_step or not is_complete(folder)):
+            names.append(folder.name)
+    return names
 
 
 def run_manifest(cfg: DictConfig, start_step: int) -> dict:
@@ -162,6 +183,10 @@ def check_resume(cfg: DictConfig, launching: bool = True) -> str:
         line = f"resuming {folder.parent} from step {step} of {total}"
         if saved is None:
             line += f" (no {MANIFEST} there: env.mix, env.seed and the model were not checked against it)"
+    partial = incomplete_steps(directory, step) if directory is not None and folder is not None else []
+    if partial:
+        line += (f"; {', '.join(partial)} past it or incomplete (an interrupted write) will not be resumed from and is "
+                 "overwritten when this run saves that step")
     print(f"[resume] {line}")
     if launching and directory is not None:
         write_manifest(directory, now)

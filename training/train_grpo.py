@@ -163,7 +163,16 @@ def run(cfg: DictConfig) -> int:
         from training.preflight import run_preflight
 
         return run_preflight(cfg, tokenizer, "preflight=true")
-    launch(cfg)
+    try:
+        launch(cfg)
+    except Exception as err:  # noqa: BLE001 - a fault during training: what died, and the command that resumes
+        import traceback
+
+        from training.faults import explain
+
+        traceback.print_exc()
+        print(explain(err, str(cfg.trainer.default_local_dir)), file=sys.stderr)
+        return 1
     print_report(cfg)
     return 0
 

@@ -30,6 +30,13 @@ from training.data import (
     build_val_dataloader,
     build_validation_items,
 )
+from training.faults import (
+    FailedSamples,
+    check_failed_samples,
+    dead_actors,
+    failed_samples,
+    install_restartable_reward_workers,
+)
 from training.generations import DumpSettings, dump_step
 from training.metrics import (
     curriculum_metrics,
@@ -44,6 +51,7 @@ from training.metrics import (
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
 logger = logging.getLogger(__name__)
+install_restartable_reward_workers()  # this module is imported in the TaskRunner actor, before verl's trainer inits
 
 
 def needs_exact_refill(config: DictConfig) -> bool:
@@ -53,7 +61,20 @@ def needs_exact_refill(config: DictConfig) -> bool:
     return bool(filter_groups.get("enable", False) or sampler.get("sync_refill_failed_groups", False))
 
 
-class ObservingReplayBuffer(ReplayBuffer):
+class GuardedReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer that shows the trainer each sampled batch before it is trained on (`guard`), so that
+    a batch short of failed samples stops the run instead of training (training/faults.py)."""
+
+    guard = None  # callable(batch, metrics), set by the trainer
+
+    def sample(self, *args, **kwargs):
+        batch, metrics = super().sample(*args, **kwargs)
+        if self.guard is not None:
+            self.guard(batch, metrics)
+        return batch, metrics
+
+
+class ObservingReplayBuffer(GuardedReplayBuffer):
     """verl's sync replay buffer that shows the trainer each finished training group before verl clears it.
 
     Under dynamic sampling (algorithm.filter_groups.enable) verl evicts the groups whose scores are all equal
@@ -93,9 +114,28 @@ class ReasoningGymTrainer(PPOTrainerSync):
         self.dump_settings = DumpSettings.from_config(config)
         self._dropped_records: list = []  # responses of groups verl dropped during this step (ObservingReplayBuffer)
         self.dropped_read_failures = 0
-        if needs_exact_refill(config) and type(self.replay_buffer) is ReplayBuffer:
-            self.replay_buffer.__class__ = ObservingReplayBuffer  # same object and state, one method added
-            self.replay_buffer.observer = self._observe_dropped
+        self.failed_samples_total = 0
+        reliability = config.env.get("reliability") or {}
+        self.max_failed_fraction = float(reliability.get("max_failed_fraction", 0.0))
+        if type(self.replay_buffer) is ReplayBuffer:  # same object and state, methods added
+            self.replay_buffer.__class__ = ObservingReplayBuffer if needs_exact_refill(config) else GuardedReplayBuffer
+            self.replay_buffer.observer = self._observe_dropped if needs_exact_refill(config) else None
+            self.replay_buffer.guard = self._guard_batch
+
+    def _guard_batch(self, batch, metrics: dict) -> None:
+        """Counts the samples of a training batch that verl dropped (failed sessions); stops past the threshold."""
+        if batch.partition_id != "train":
+            return
+        rollout = self.config.actor_rollout_ref.rollout
+        expected = int(self.config.data.train_batch_size) * int(rollout.n) // self.parameter_sync_step
+        failed = failed_samples(expected, sum(not tag.get("is_padding", False) for tag in batch.tags))
+        self.failed_samples_total += failed
+        metrics["reliability/failed_samples"] = float(failed)
+        metrics["reliability/failed_samples_total"] = float(self.failed_samples_total)
+        if failed:
+            logger.warning("step %s: %d of %d samples failed", getattr(self, "global_steps", "?"), failed, expected)
+            check_failed_samples(failed, expected, self.max_failed_fraction,
+                                 dead_actors(self) if failed / expected > self.max_failed_fraction else [])
 
     def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
         """Reads the responses of groups verl is about to clear; they count at this step's feedback."""
@@ -135,8 +175,22 @@ class ReasoningGymTrainer(PPOTrainerSync):
                     self.total_training_steps, gen_batch_size, len(self.val_dataset))
 
     def step(self, metrics: dict, timing_raw: dict):
-        """verl's step, then env metrics and curriculum feedback from the step's scored responses."""
-        batch = super().step(metrics, timing_raw)
+        """verl's step, then env metrics and curriculum feedback from the step's scored responses. A step that
+        raises names the rollout servers and reward workers that are dead (training/faults.py)."""
+        try:
+            batch = super().step(metrics, timing_raw)
+        except FailedSamples:
+            raise
+        except Exception as err:
+            try:
+                dead = dead_actors(self)
+            except Exception:  # noqa: BLE001 - the diagnosis must never hide the step's own error
+                logger.warning("could not check which actors are alive", exc_info=True)
+                dead = []
+            if dead:
+                step = getattr(self, "global_steps", "?")
+                raise RuntimeError(f"step {step} failed; dead: {'; '.join(dead)}") from err
+            raise
         with marked_timer("env_feedback", timing_raw, color="cyan"):
             metrics.update(self.env_feedback(batch))
         return batch
