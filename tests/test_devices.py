@@ -123,3 +123,15 @@ def test_train_grpo_refuses_cuda_without_a_gpu():
     done, seconds = run_train(env, "trainer.device=cuda")
     assert done.returncode == 2 and "trainer.device=cuda but this machine has no NVIDIA GPU" in done.stderr
     assert "Started a local Ray instance" not in done.stdout + done.stderr and seconds < 60
+
+
+def test_a_run_joining_a_ray_cluster_is_not_held_to_the_drivers_devices(monkeypatch):
+    """The driver of a multi-node GPU run may sit on a head node without GPUs (README: multi-node recipes)."""
+    from training.config import compose_config
+    from training.train_grpo import run
+
+    cfg = compose_config("quickstart", ["model=tiny", "trainer.device=cuda",
+                                        "+ray_kwargs.ray_init.address=127.0.0.1:9"])
+    monkeypatch.setattr("training.train_grpo.prepare", lambda *a: (_ for _ in ()).throw(RuntimeError("reached")))
+    with pytest.raises(RuntimeError, match="reached"):  # past the local device check, to the config checks
+        run(cfg)

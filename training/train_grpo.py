@@ -144,8 +144,12 @@ def launch(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> int:
     """Checks, then the preflight (preflight=true) or training on CUDA or the CPU backend. Returns the exit code."""
+    from training.cluster import cluster_address
+
     torch_cuda = probe_torch()
-    if not cfg.get("preflight", False):  # a launch never trains on another device than asked without saying so
+    # A launch never trains on another device than asked without saying so. A run that joins a Ray cluster is
+    # checked against the cluster's resources instead: its driver may sit on a node without GPUs.
+    if not cfg.get("preflight", False) and not cluster_address(cfg):
         problem = device_problem(str(cfg.trainer.get("device", "auto")), probe_host(), torch_cuda)
         if problem:
             print(f"[check] {problem}", file=sys.stderr)
