@@ -60,7 +60,7 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
             role.fsdp_config.use_torch_compile = False
         arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
                                                     {"attn_implementation": "sdpa"})
-        arr.model.use_remove_padding = False  # the packed path needs flash-attn's varlen kernels
+        arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
         arr.rollout.name = "transformers"
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
