@@ -115,6 +115,9 @@ def test_attention_defaults_to_sdpa_without_flash_attn():
     assert choose_attention(cfg) == expected == cfg.actor_rollout_ref.model.override_config.attn_implementation
     chosen = compose_config("quickstart", ["+actor_rollout_ref.model.override_config.attn_implementation=eager"])
     assert choose_attention(chosen) == "eager"
+    # Without flash-attn's varlen kernels a packed micro-batch attends over a dense block mask: train padded.
+    assert cfg.actor_rollout_ref.model.use_remove_padding is (expected == "flash_attention_2")
+    assert chosen.actor_rollout_ref.model.use_remove_padding is False
 
 
 def test_cpu_threads_follow_the_process_affinity():

@@ -142,13 +142,18 @@ def size_ray(cfg: DictConfig) -> list[str]:
 def choose_attention(cfg: DictConfig) -> str:
     """Sets the attention kernel of a CUDA run unless the config names one: flash-attn when it is installed
     (an optional source build), else PyTorch's sdpa (verl's own default, flash_attention_2, would fail without it).
-    Returns the choice."""
-    override = cfg.actor_rollout_ref.model.get("override_config") or {}
-    if override.get("attn_implementation"):
-        return str(override["attn_implementation"])
-    choice = "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+    Without flash-attn's varlen kernels, packed micro-batches (model.use_remove_padding) attend over one dense (T, T)
+    block mask whose cost grows with the square of the sequences packed (BENCHMARKS.md: a decoder layer 1.8x the
+    padded time at 4 sequences, the GPU presets pack 16), so such runs train padded. Returns the choice."""
+    model = cfg.actor_rollout_ref.model
+    override = model.get("override_config") or {}
+    choice = str(override.get("attn_implementation") or "")
     with open_dict(cfg):
-        cfg.actor_rollout_ref.model.override_config = OmegaConf.merge(override, {"attn_implementation": choice})
+        if not choice:
+            choice = "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+            model.override_config = OmegaConf.merge(override, {"attn_implementation": choice})
+        if not choice.startswith("flash_attention"):
+            model.use_remove_padding = False
     return choice
 
 

@@ -115,7 +115,9 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     if device == "cpu":
         apply_cpu_backend(cfg)
     else:
-        print(f"[check] attention: {choose_attention(cfg)} (flash-attn is optional: make install-flash-attn)")
+        attention = choose_attention(cfg)
+        layout = "packed" if cfg.actor_rollout_ref.model.use_remove_padding else "padded (packing needs flash-attn)"
+        print(f"[check] attention: {attention}, {layout} micro-batches (flash-attn is optional: make install-flash-attn)")
     problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
     if device == "cuda" and not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg)
