@@ -198,7 +198,8 @@ def test_the_printed_command_runs_the_preflight(tmp_path, tiny_model_dir):
     out = imported(tmp_path, "curriculum")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     cmd = [sys.executable, "training/train_grpo.py", "--config-path", str(out), "--config-name", "curriculum",
-           *PREFLIGHT, f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'hydra'}"]
+           *PREFLIGHT, f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'hydra'}",
+           "trainer.device=cpu"]  # on a GPU machine too: CUDA_VISIBLE_DEVICES='' with device auto is refused there
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "all checks passed" in done.stdout and "spell_backward" in done.stdout
