@@ -40,6 +40,7 @@ from training.metrics import (
     scores_by_task,
     zero_variance_fraction,
 )
+from training.rendezvous import choose_port_range, rendezvous_ports
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -96,6 +97,13 @@ class ReasoningGymTrainer(PPOTrainerSync):
         if needs_exact_refill(config) and type(self.replay_buffer) is ReplayBuffer:
             self.replay_buffer.__class__ = ObservingReplayBuffer  # same object and state, one method added
             self.replay_buffer.observer = self._observe_dropped
+
+    def init(self):
+        """verl's init, with the training ranks' rendezvous port taken from a safe range (training/rendezvous.py)."""
+        port_range = choose_port_range(self.config.env.get("rendezvous_ports"))
+        logger.info("rendezvous ports %s", port_range)
+        with rendezvous_ports(port_range):
+            super().init()
 
     def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
         """Reads the responses of groups verl is about to clear; they count at this step's feedback."""
