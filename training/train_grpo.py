@@ -13,7 +13,10 @@ backend (training/cpu_backend); preflight=true runs the quick CPU check of the d
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+LAUNCHED = time.time()  # the console counts start-up from here
 
 # `python training/train_grpo.py` puts training/ first on sys.path, where our module names (config, data, metrics)
 # would shadow real packages; the repository root is what belongs there.
@@ -31,6 +34,7 @@ from training.checks import (  # noqa: E402
     sample_prompt_lengths,
     raise_if_problems,
 )
+from training.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
 from training.hardware import (  # noqa: E402
     apply_cpu_backend,
@@ -41,6 +45,7 @@ from training.hardware import (  # noqa: E402
     size_ray,
 )
 from training.resume import AlreadyFinished, check_resume  # noqa: E402
+from training.startup import apply_startup_settings  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -115,6 +120,11 @@ def prepare(cfg: DictConfig, visible_gpus: int):
         apply_cpu_backend(cfg)
     else:
         print(f"[check] attention: {choose_attention(cfg)} (flash-attn is optional: make install-flash-attn)")
+    try:
+        route_logs(cfg)
+        apply_startup_settings(cfg)
+    except ValueError as err:
+        raise ConfigProblem(str(err)) from err
     problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
     if device == "cuda" and not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg)
@@ -128,17 +138,22 @@ def prepare(cfg: DictConfig, visible_gpus: int):
 
 
 def launch(cfg: DictConfig) -> None:
-    """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit."""
-    from verl.trainer.main_ppo import run_ppo
-    from verl.utils.device import auto_set_device
-
+    """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit. The console shows
+    our lines only (env.console=quiet, training/console.py); raises TrainingFailed when a worker fails."""
+    from training.console import driver_console
     from training.hardware import activate_cpu_backend
-    from training.runner import ReasoningGymTaskRunner
 
-    if cfg.trainer.device == "cpu":
-        activate_cpu_backend(cfg)
-    auto_set_device(cfg)
-    run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
+    print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
+    with driver_console(cfg, LAUNCHED):
+        if cfg.trainer.device == "cpu":
+            activate_cpu_backend(cfg)  # before verl is imported, so that it never guesses another platform
+        from verl.trainer.main_ppo import run_ppo
+        from verl.utils.device import auto_set_device
+
+        from training.runner import ReasoningGymTaskRunner
+
+        auto_set_device(cfg)
+        run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
 
 
 def run(cfg: DictConfig) -> int:
@@ -158,8 +173,14 @@ def run(cfg: DictConfig) -> int:
         from training.preflight import run_preflight
 
         return run_preflight(cfg, tokenizer, "preflight=true")
-    launch(cfg)
+    try:
+        launch(cfg)
+    except TrainingFailed as err:
+        print(err, file=sys.stderr)
+        print(where_logs_are(cfg), file=sys.stderr)
+        return 1
     print_report(cfg)
+    print(where_logs_are(cfg))
     return 0
 
 
