@@ -90,11 +90,15 @@ def collect_worker_logs(ray_logs: Path | None, logs: Path) -> dict[int, Path]:
         return copied
     target = logs / "workers"
     target.mkdir(parents=True, exist_ok=True)
-    for source in sorted(ray_logs.glob("worker-*")):
-        if source.suffix not in (".out", ".err") or source.stat().st_size == 0:
-            continue
+    sources = [p for p in sorted(ray_logs.glob("worker-*")) if p.suffix in (".out", ".err") and p.stat().st_size]
+    names: dict[int, str] = {}  # Ray marks the actor's name in one of its two files
+    for source in sources:
+        name = actor_of(source)
+        if name != "worker":
+            names[int(source.stem.rsplit("-", 1)[-1])] = name
+    for source in sources:
         pid = int(source.stem.rsplit("-", 1)[-1])
-        dest = target / f"{actor_of(source)}-{pid}{source.suffix}"
+        dest = target / f"{names.get(pid, 'worker')}-{pid}{source.suffix}"
         shutil.copyfile(source, dest)
         if source.suffix == ".err" or pid not in copied:
             copied[pid] = dest
@@ -201,6 +205,8 @@ class ProgressPrinter(threading.Thread):
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
                        f"  {event.get('tokens_per_second', 0):.0f} tok/s")
             self.bar.update(step - self.bar.n)
+            if "val_accuracy" in event:
+                self.show({**event, "kind": "validation"})
 
 
 @contextmanager

@@ -21,6 +21,7 @@ STEP_KEYS = {  # console name -> verl / env metric
     "response_tokens": "response_length/mean",
     "step_seconds": "timing_s/step",
     "tokens_per_second": "perf/throughput",
+    "gen_seconds": "timing_s/gen",
 }
 VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 

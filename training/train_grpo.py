@@ -197,8 +197,9 @@ def print_report(cfg: DictConfig) -> None:
     except Exception as err:  # noqa: BLE001 - any failure here must leave the finished run's exit code alone
         print(f"[report] no training report: {type(err).__name__}: {err}", file=sys.stderr)
         return
-    print(report.text)
-    print(f"[report] table: {report.markdown}" + (f"; curves: {report.png}" if report.png else ""))
+    quiet = cfg.env.get("console", "quiet") == "quiet"  # the step lines stood for the per-step table
+    print(report.summary if quiet else report.text)
+    print(f"[report] {'per-step table' if quiet else 'table'}: {report.markdown}" + (f"; curves: {report.png}" if report.png else ""))
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="quickstart", version_base="1.3")
