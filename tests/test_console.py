@@ -94,3 +94,18 @@ def test_failure_summary_names_the_worker_log(tmp_path):
     text = failure_summary(WorkerError("line\n" * 100 + "AttributeError: no NoSuchOptimizer"), {4242: log}, None)
     assert "in WorkerDict.init_model" in text and "AttributeError: no NoSuchOptimizer" in text
     assert f"full log of that worker: {log}" in text and len(text.splitlines()) < 40
+
+
+def test_progress_events_carry_the_step_line_and_validation():
+    from training.progress import progress_event
+
+    step = progress_event({"timing_s/step": 2.5, "env/reward": 0.25, "env/accuracy": 0.125, "response_length/mean": 40,
+                           "env/zero_variance_groups": 0.5, "perf/throughput": 300.0,
+                           "val-core/reasoning_gym/chain_sum/acc/mean@1": 0.5,
+                           "val-core/reasoning_gym/leg_counting/acc/mean@1": 0.0,
+                           "val-core/reasoning_gym/leg_counting/acc/mean@4": 1.0}, step=3, total=10)
+    assert step["kind"] == "step" and step["reward"] == 0.25 and step["step_seconds"] == 2.5
+    assert step["val_accuracy"] == 0.25 and step["val_sources"] == 2  # mean@1 of each task, not mean@4
+    before = progress_event({"val-core/reasoning_gym/chain_sum/acc/mean@1": 0.5}, step=0, total=10)
+    assert before["kind"] == "validation" and before["val_accuracy"] == 0.5
+    assert progress_event({"actor/lr": 1e-5}, step=1, total=10) is None
