@@ -123,6 +123,12 @@ def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log
         if isinstance(pid, int) and pid in worker_logs:
             log, err = worker_logs[pid], cause
         cause, seen = getattr(cause, "cause", None) or cause.__cause__, seen + 1
+    if log is None:  # else the worker whose log holds the error's last line, the deepest caller last
+        last = next((line.strip() for line in reversed(str(err).strip().splitlines()) if line.strip()), "")[:200]
+        holders = [path for path in dict.fromkeys(worker_logs.values())
+                   if last and last in path.read_text(errors="replace")] if last else []
+        holders.sort(key=lambda path: "TaskRunner" in path.name)
+        log = holders[0] if holders else None
     text = str(err).strip().splitlines()
     head = f"[train] training failed: {type(err).__name__}" + (f" in {getattr(err, 'function_name', '')}"
                                                               if getattr(err, "function_name", None) else "")
@@ -187,7 +193,7 @@ class ProgressPrinter(threading.Thread):
         since = float(event.get("time", time.time())) - self.started
         if kind == "ready":
             self.write(f"[train] workers ready {since:.0f} s after launch; "
-                       f"{'validating, then ' if event.get('validate_first') else ''}training {total} steps")
+                       f"{'validating, then ' if event.get('validate_first') else ''}training {total} step(s)")
         elif kind == "validating":
             self.write(f"[val] validating on {event.get('items', '?')} items ...")
         elif kind == "train_begin":
