@@ -42,8 +42,10 @@ def transfer_queue_threads(cfg: DictConfig) -> None:
 
 def no_dashboard_on_cpu(cfg: DictConfig) -> None:
     """A CPU run starts Ray without its dashboard (a dozen processes, seconds of start-up, memory) unless the
-    config asks for it (+ray_kwargs.ray_init.include_dashboard=true)."""
-    if cfg.trainer.device == "cpu" and not cfg.ray_kwargs.ray_init.get("address"):
+    config asks for it (+ray_kwargs.ray_init.include_dashboard=true). An existing cluster (address, RAY_ADDRESS) keeps
+    its own."""
+    existing_cluster = cfg.ray_kwargs.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    if cfg.trainer.device == "cpu" and not existing_cluster:
         with open_dict(cfg):
             if cfg.ray_kwargs.ray_init.get("include_dashboard") is None:
                 cfg.ray_kwargs.ray_init.include_dashboard = False
