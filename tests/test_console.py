@@ -1,7 +1,7 @@
 """The console of a training run (training/console.py) as a person sees it, on the tiny model: a short run prints
 few lines and keeps every line of verl's in files under the run directory; a worker's failure reaches the terminal
-with its last lines and its log's path. The run also starts with its first rendezvous port taken (training/rendezvous.py)
-and writes TensorBoard's files under the run directory."""
+with its last lines and its log's path. The run also starts with its first rendezvous port taken
+(training/rendezvous.py) and writes TensorBoard's files under the run directory."""
 
 import os
 import re
@@ -19,8 +19,8 @@ MAX_LINES = 80
 
 
 def launch(tiny_run, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(REPO / "training" / "train_grpo.py"), "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
-           "trainer.total_training_steps=2", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir / 'run'}",
+    cmd = [sys.executable, str(REPO / "training" / "train_grpo.py"), "--config-name", "quickstart", *tiny_run,
+           "trainer.device=cpu", "trainer.total_training_steps=2", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir / 'run'}",
            f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
                CUDA_VISIBLE_DEVICES="")

@@ -199,7 +199,8 @@ def print_report(cfg: DictConfig) -> None:
         return
     quiet = cfg.env.get("console", "quiet") == "quiet"  # the step lines stood for the per-step table
     print(report.summary if quiet else report.text)
-    print(f"[report] {'per-step table' if quiet else 'table'}: {report.markdown}" + (f"; curves: {report.png}" if report.png else ""))
+    print(f"[report] {'per-step table' if quiet else 'table'}: {report.markdown}"
+          + (f"; curves: {report.png}" if report.png else ""))
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="quickstart", version_base="1.3")
