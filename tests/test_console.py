@@ -20,8 +20,8 @@ MAX_LINES = 80
 
 def launch(tiny_run, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(REPO / "training" / "train_grpo.py"), "--config-name", "quickstart", *tiny_run,
-           "trainer.device=cpu", "trainer.total_training_steps=2", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir / 'run'}",
-           f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
+           "trainer.device=cpu", "trainer.total_training_steps=2", "trainer.save_freq=-1",
+           f"trainer.default_local_dir={run_dir / 'run'}", f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
                CUDA_VISIBLE_DEVICES="")
     return subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=900)
