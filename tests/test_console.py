@@ -81,8 +81,9 @@ def test_a_worker_failure_reaches_the_console_with_its_log(tmp_path, tiny_run):
     assert "[train] training failed" in err and "NoSuchOptimizer" in err, err[-4000:]
     match = re.search(r"full log of that worker: (\S+)", err)
     assert match, err[-4000:]
-    log = Path(match.group(1))
-    assert log.is_file() and log.is_relative_to(tmp_path / "run" / "logs") and "NoSuchOptimizer" in log.read_text()
+    log, logs = Path(match.group(1)), tmp_path / "run" / "logs"
+    assert log.is_file() and log.is_relative_to(logs) and log.name.startswith("WorkerDict-"), err[-4000:]
+    assert "NoSuchOptimizer" in (logs / "error.log").read_text() and f"whole traceback: {logs / 'error.log'}" in err
     assert len(screen_lines(done.stdout + err)) <= MAX_LINES
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -115,7 +116,8 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
         return ""
 
 
-def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log: Path | None) -> str:
+def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log: Path | None,
+                    error_log: Path | None = None) -> str:
     """The terminal's account of a failed run: what failed, its last lines, and the file with all of it."""
     log, cause, seen = None, err, 0
     while cause is not None and seen < 10:  # a worker's error arrives wrapped in its callers': take the deepest
@@ -123,18 +125,27 @@ def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log
         if isinstance(pid, int) and pid in worker_logs:
             log, err = worker_logs[pid], cause
         cause, seen = getattr(cause, "cause", None) or cause.__cause__, seen + 1
+    for pid in reversed(re.findall(r"\bpid=(\d+)", str(err)) if log is None else []):
+        if int(pid) in worker_logs:  # Ray names each worker it passed through, `ray::Actor.method() (pid=N, ...)`
+            log = worker_logs[int(pid)]
+            break
     if log is None:  # else the worker whose log holds the error's last line, the deepest caller last
         last = next((line.strip() for line in reversed(str(err).strip().splitlines()) if line.strip()), "")[:200]
         holders = [path for path in dict.fromkeys(worker_logs.values())
                    if last and last in path.read_text(errors="replace")] if last else []
         holders.sort(key=lambda path: "TaskRunner" in path.name)
         log = holders[0] if holders else None
+    actors = re.findall(r"ray::(\w+)\.", str(err))
+    if log is None and actors:  # else the log of the last actor Ray names
+        log = next((path for path in worker_logs.values() if path.name.startswith(actors[-1] + "-")), None)
     text = str(err).strip().splitlines()
     head = f"[train] training failed: {type(err).__name__}" + (f" in {getattr(err, 'function_name', '')}"
                                                               if getattr(err, "function_name", None) else "")
     body = "\n".join(text[-TAIL_LINES:])
     where = f"full log of that worker: {log}" if log else f"worker logs: {next(iter(worker_logs.values())).parent}" \
         if worker_logs else "worker logs: Ray's session folder (/tmp/ray/session_latest/logs)"
+    if error_log:
+        where += f"\n[train] the whole traceback: {error_log}"
     if driver_log:
         where += f"\n[train] driver log: {driver_log}"
     return f"{head}\n{body}\n[train] {where}"
@@ -251,7 +262,12 @@ def driver_console(cfg: DictConfig, started: float):
     if failure is not None:
         if isinstance(failure, KeyboardInterrupt):
             raise failure
-        raise TrainingFailed(failure_summary(failure, worker_logs, driver_log)) from failure
+        error_log = logs / "error.log"
+        try:
+            error_log.write_text(f"{type(failure).__name__}: {failure}\n")
+        except OSError:
+            error_log = None
+        raise TrainingFailed(failure_summary(failure, worker_logs, driver_log, error_log)) from failure
 
 
 def link_ray_logs(logs: Path) -> bool:
