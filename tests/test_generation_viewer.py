@@ -406,7 +406,7 @@ def test_real_training_run_dumps_and_views(tmp_path):
            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "data.max_prompt_length=768",
            "data.max_response_length=24", "env.validation_size=4", "trainer.total_training_steps=2",
            "trainer.save_freq=-1", "trainer.test_freq=2", "trainer.val_before_train=false", "trainer.logger=[console]",
-           "env.dump.groups_per_step=1", f"trainer.default_local_dir={run}", f"hydra.run.dir={tmp_path / 'hydra'}"]
+           "env.dump.groups_per_step=1", "env.console=verbose", f"trainer.default_local_dir={run}", f"hydra.run.dir={tmp_path / 'hydra'}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

@@ -26,7 +26,7 @@ def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *override
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, *tiny_run, f"trainer.device={device}",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=2",
            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
-           f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
+           f"hydra.run.dir={run_dir / 'hydra'}", "env.console=verbose", *overrides]  # verl's metric lines
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -64,8 +64,10 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.rollout.name = "transformers"
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
-        cfg.reward.num_workers = min(int(cfg.reward.num_workers), 2)
-        cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 2
+        # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a
+        # few cores), and a CPU rollout's trickle of responses keeps one of each far from busy
+        cfg.reward.num_workers = 1
+        cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
         runtime_env = cfg.ray_kwargs.ray_init.setdefault("runtime_env", {})
         env_vars = runtime_env.get("env_vars") or {}
         runtime_env.env_vars = {**env_vars, **backend_env(cfg)}

@@ -50,6 +50,7 @@ class Report:
     text: str
     markdown: Path
     png: Path | None
+    summary: str = ""  # the text without the per-step table (the console printed a line per step already)
 
 
 # ----- reading -----
@@ -203,8 +204,9 @@ def comparison_section(title: str, before: dict[str, dict], after: dict[str, dic
     return [title, "", markdown_table(["task", "samples", "accuracy", "reward", "answer rate"], rows), ""]
 
 
-def render(data: RunData) -> str:
-    """Returns the report as markdown text (it reads as plain text in a terminal)."""
+def render(data: RunData, per_step: bool = True) -> str:
+    """Returns the report as markdown text (it reads as plain text in a terminal); per_step=False leaves out the
+    per-step table."""
     steps = list(data.steps)
     lines = [f"# Training report: {data.run_dir}", ""]
     lines.append(f"- training steps: {len(steps)}" + (f" ({steps[0]}-{steps[-1]})" if steps else ""))
@@ -212,7 +214,7 @@ def render(data: RunData) -> str:
     lines.append(f"- checkpoint: {data.run_dir / f'global_step_{data.checkpoint}'}" if data.checkpoint is not None
                  else "- checkpoint: none written")
     lines += [f"- missing: {note}" for note in data.notes] + [""]
-    lines += steps_section(data)
+    lines += steps_section(data) if per_step else []
     if len(data.validation) >= 2:
         first, last = min(data.validation), max(data.validation)
         lines += comparison_section(f"## Validation: step {first} (before) -> step {last} (after)",
@@ -367,7 +369,7 @@ def write_report(run_dir: str | os.PathLike, train_dir: str | os.PathLike | None
     text = render(data)
     markdown = run / "report.md"
     write_atomic(markdown, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    return Report(text=text, markdown=markdown, png=png)
+    return Report(text=text, markdown=markdown, png=png, summary=render(data, per_step=False))
 
 
 def main(argv: list[str] | None = None) -> int:

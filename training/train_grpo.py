@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
+
+LAUNCHED = time.time()  # the console counts start-up from here
 
 # `python training/train_grpo.py` puts training/ first on sys.path, where our module names (config, data, metrics)
 # would shadow real packages; the repository root is what belongs there.
@@ -32,6 +35,7 @@ from training.checks import (  # noqa: E402
     sample_prompt_lengths,
     raise_if_problems,
 )
+from training.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
 from training.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.hardware import (  # noqa: E402
@@ -43,6 +47,7 @@ from training.hardware import (  # noqa: E402
     size_ray,
 )
 from training.resume import AlreadyFinished, check_resume  # noqa: E402
+from training.startup import apply_startup_settings  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -119,6 +124,11 @@ def prepare(cfg: DictConfig, visible_gpus: int):
         attention = choose_attention(cfg)
         layout = "packed" if cfg.actor_rollout_ref.model.use_remove_padding else "padded (packing needs flash-attn)"
         print(f"[check] attention: {attention}, {layout} micro-batches (flash-attn is optional: make install-flash-attn)")
+    try:
+        route_logs(cfg)
+        apply_startup_settings(cfg)
+    except ValueError as err:
+        raise ConfigProblem(str(err)) from err
     problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
     if device == "cuda" and not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg)
@@ -132,20 +142,25 @@ def prepare(cfg: DictConfig, visible_gpus: int):
 
 
 def launch(cfg: DictConfig) -> None:
-    """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit."""
-    from verl.trainer.main_ppo import run_ppo
-    from verl.utils.device import auto_set_device
-
+    """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit. The console shows
+    our lines only (env.console=quiet, training/console.py); raises TrainingFailed when a worker fails."""
+    from training.console import driver_console
     from training.hardware import activate_cpu_backend
-    from training.runner import ReasoningGymTaskRunner
 
-    if cfg.trainer.device == "cpu":
-        activate_cpu_backend(cfg)
-    auto_set_device(cfg)
+    print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
     # Ray's GCS keeps up to 100k task events by default and grew without end over a long run (bench_soak: +47% from
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.
     os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", "1000")
-    run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
+    with driver_console(cfg, LAUNCHED):
+        if cfg.trainer.device == "cpu":
+            activate_cpu_backend(cfg)  # before verl is imported, so that it never guesses another platform
+        from verl.trainer.main_ppo import run_ppo
+        from verl.utils.device import auto_set_device
+
+        from training.runner import ReasoningGymTaskRunner
+
+        auto_set_device(cfg)
+        run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
 
 
 def run(cfg: DictConfig) -> int:
@@ -175,15 +190,15 @@ def run(cfg: DictConfig) -> int:
         return run_preflight(cfg, tokenizer, "preflight=true")
     try:
         launch(cfg)
-    except Exception as err:  # noqa: BLE001 - a fault during training: what died, and the command that resumes
-        import traceback
-
+    except TrainingFailed as err:  # a fault during training: where it failed, what died, the command that resumes
         from training.faults import explain
 
-        traceback.print_exc()
-        print(explain(err, str(cfg.trainer.default_local_dir)), file=sys.stderr)
+        print(err, file=sys.stderr)
+        print(explain(err.__cause__ or err, str(cfg.trainer.default_local_dir)), file=sys.stderr)
+        print(where_logs_are(cfg), file=sys.stderr)
         return 1
     print_report(cfg)
+    print(where_logs_are(cfg))
     return 0
 
 
@@ -200,8 +215,10 @@ def print_report(cfg: DictConfig) -> None:
     except Exception as err:  # noqa: BLE001 - any failure here must leave the finished run's exit code alone
         print(f"[report] no training report: {type(err).__name__}: {err}", file=sys.stderr)
         return
-    print(report.text)
-    print(f"[report] table: {report.markdown}" + (f"; curves: {report.png}" if report.png else ""))
+    quiet = cfg.env.get("console", "quiet") == "quiet"  # the step lines stood for the per-step table
+    print(report.summary if quiet else report.text)
+    print(f"[report] {'per-step table' if quiet else 'table'}: {report.markdown}"
+          + (f"; curves: {report.png}" if report.png else ""))
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="quickstart", version_base="1.3")

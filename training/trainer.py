@@ -47,6 +47,8 @@ from training.metrics import (
     scores_by_task,
     zero_variance_fraction,
 )
+from training.progress import PROGRESS_FILE, ProgressTracking, append_event
+from training.rendezvous import choose_port_range, rendezvous_ports
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -136,6 +138,48 @@ class ReasoningGymTrainer(PPOTrainerSync):
             logger.warning("step %s: %d of %d samples failed", getattr(self, "global_steps", "?"), failed, expected)
             check_failed_samples(failed, expected, self.max_failed_fraction,
                                  dead_actors(self) if failed / expected > self.max_failed_fraction else [])
+
+    def init(self):
+        """verl's init, with the training ranks' rendezvous port taken from a safe range (training/rendezvous.py)."""
+        port_range = choose_port_range(self.config.env.get("rendezvous_ports"))
+        logger.info("rendezvous ports %s", port_range)
+        with rendezvous_ports(port_range):
+            super().init()
+
+    # The console (training/console.py) follows the run through <env.logs_dir>/progress.jsonl: verl's Tracking,
+    # assigned to self.logger in fit(), is wrapped to append each step's numbers; the hooks add the phases.
+    @property
+    def logger(self):
+        return self.__dict__.get("_tracking")
+
+    @logger.setter
+    def logger(self, tracking):
+        self.__dict__["_tracking"] = ProgressTracking(tracking, self._progress_path(), self.total_training_steps)
+
+    def _progress_path(self):
+        from pathlib import Path
+
+        return Path(str(self.config.env.get("logs_dir") or "logs")) / PROGRESS_FILE
+
+    def _progress(self, kind: str, **fields) -> None:
+        try:
+            append_event(self._progress_path(), {"kind": kind, "step": int(getattr(self, "global_steps", 0)),
+                                                 "total": int(self.total_training_steps), "time": time.time(),
+                                                 **fields})
+        except OSError:
+            logger.warning("could not write the console's progress file", exc_info=True)
+
+    def on_init_end(self):
+        super().on_init_end()
+        self._progress("ready", validate_first=bool(self.config.trainer.get("val_before_train", True)))
+
+    def on_validate_begin(self):
+        super().on_validate_begin()
+        self._progress("validating", items=len(self.val_dataset))
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self._progress("train_begin")
 
     def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
         """Reads the responses of groups verl is about to clear; they count at this step's feedback."""
