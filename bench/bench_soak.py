@@ -31,7 +31,8 @@ TINY = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4"
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "data.max_prompt_length=768",
         "data.max_response_length=24", "env.validation_size=4", "trainer.test_freq=-1",
-        "trainer.val_before_train=false", "trainer.logger=[console]", "env.dump.every_steps=0"]
+        "trainer.val_before_train=false", "trainer.logger=[console]", "env.dump.every_steps=0",
+        "env.console=verbose"]  # the step lines this reads are verl's console output
 BASELINE_STEP = 20
 
 

@@ -106,7 +106,8 @@ def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: 
 
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir}",
-           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0", *overrides]
+           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
+           "env.console=verbose", *overrides]  # verl's step lines tell when to strike
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
                CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     log = run_dir / "output.log"
@@ -186,7 +187,8 @@ def start_run(tiny_run: list[str], run_dir: Path, ckpt: Path, steps: int, *overr
     """Starts train_grpo.py saving every step into `ckpt`; returns (process, log path)."""
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=1", f"trainer.default_local_dir={ckpt}",
-           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0", *overrides]
+           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
+           "env.console=verbose", *overrides]  # verl's step lines tell when to strike
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
                CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     run_dir.mkdir(parents=True, exist_ok=True)
