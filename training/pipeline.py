@@ -2,13 +2,18 @@
 
     python -m training.pipeline --config-name quickstart --run-dir runs/quickstart [hydra overrides ...]
         [--eval-config configs/eval/smoke.yaml] [--eval-backend hf] [--eval-override suite.size=8 ...]
+    python -m training.pipeline --config-name quickstart --run-dir RUN --trained checkpoints/rg-grpo/quickstart
+        (a run trained already: export, evaluate and compare only; `make quickstart` ends with this)
 
 Stages, each the command a user would run, in its own process:
   1. train      training/train_grpo.py with checkpoints in RUN/checkpoints (verl resumes; a finished run exits 0)
   2. export     utils/load_fsdp_to_hf.py of the latest checkpoint -> RUN/model
-  3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base
+  3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base (cached: evaluated once per model,
+                suite, scoring and sampling)
   4. eval-trained  the same on RUN/model -> RUN/eval/trained
-  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare
+  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare, its summary printed
+Both evaluations score and sample as training did (`--from-run`: the run's reward options, system prompt,
+temperature, top_p and max tokens); `--eval-override` may still change them, for both.
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
 command it would run (and re-exports when training went further). The evaluator resumes its own partial runs.
 The eval suite is `env.eval_suite` of the training config unless --eval-config is given.
@@ -36,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--eval-config", default=None, help="eval suite YAML (default: the config's env.eval_suite)")
     parser.add_argument("--eval-backend", default=None, help="vllm | hf | openai (default: hf without a GPU)")
     parser.add_argument("--eval-override", action="append", default=[], help="key=value for the eval suite")
+    parser.add_argument("--trained", type=Path, default=None,
+                        help="a finished training run's folder (trainer.default_local_dir): skip training, use it")
     return parser.parse_known_args(argv)
 
 
@@ -74,11 +81,13 @@ class Run:
         if done is not None and done["key"] != key:
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
-        print(f"[pipeline] {stage}: {' '.join(cmd)}", flush=True)
-        start = time.perf_counter()
         log = self.dir / "logs" / f"{stage}.log"
+        print(f"[pipeline] {stage}: running (command and output: {log})", flush=True)
+        start = time.perf_counter()
         log.parent.mkdir(exist_ok=True)
         with open(log, "a") as out:
+            out.write(f"$ {' '.join(cmd)}\n")
+            out.flush()
             code = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                   env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
         if code:
@@ -104,19 +113,23 @@ def main(argv: list[str] | None = None) -> int:
 
         backend = "hf" if not torch.cuda.is_available() else None
     py = sys.executable
-    checkpoints = run.dir / "checkpoints"
-    run.stage("train", [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
-                        f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"],
-              key={})
+    if args.trained is None:
+        checkpoints = run.dir / "checkpoints"
+        run.stage("train", [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
+                            f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"],
+                  key={})
+    else:
+        checkpoints = args.trained.resolve()
     step = latest_step(checkpoints)
     if step is None:
         sys.exit(f"[pipeline] training left no checkpoint in {checkpoints}: set trainer.save_freq so that the last "
                  "step is saved (e.g. trainer.save_freq=trainer.total_training_steps)")
     run.stage("export", [py, "utils/load_fsdp_to_hf.py", str(checkpoints), str(run.dir / "model"), "--force",
                          "--quiet"], key={"step": step})
-    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), *(["--backend", backend] if backend else [])]
+    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), "--from-run", str(checkpoints),
+                *(["--backend", backend] if backend else [])]
     eval_overrides = list(args.eval_override)
-    run.stage("eval-base", [*evaluate, "--model", base_model, "--output", str(run.dir / "eval" / "base"),
+    run.stage("eval-base", [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
                             *eval_overrides], key={})
     run.stage("eval-trained", [*evaluate, "--model", str(run.dir / "model"), "--output",
                                str(run.dir / "eval" / "trained"), *eval_overrides], key={"step": step},
@@ -124,9 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     run.stage("compare", [py, "evaluation/evaluate_model.py", "--compare", str(run.dir / "eval" / "base"),
                           str(run.dir / "eval" / "trained"), "--output", str(run.dir / "eval" / "compare")],
               key={"step": step}, outputs=(run.dir / "eval" / "compare",))
-    print(f"[pipeline] done: {run.dir / 'eval' / 'compare'} (base vs trained at step {step}); "
-          f"model {run.dir / 'model'}; logs {run.dir / 'logs'}")
+    print_comparison(run.dir / "eval" / "compare", step)
+    print(f"[pipeline] done: {run.dir / 'eval' / 'compare'} (tables, plots); model {run.dir / 'model'}; "
+          f"logs {run.dir / 'logs'}")
     return 0
+
+
+def print_comparison(compare_dir: Path, step: int) -> None:
+    """The held-out comparison in a few lines (evaluation.compare.summary_lines)."""
+    from evaluation.compare import load_comparisons, summary_lines
+
+    print(f"[pipeline] held-out evaluation, base vs trained (step {step}), paired 95% intervals over items:")
+    for line in summary_lines(load_comparisons(str(compare_dir))):
+        print(f"  {line}")
 
 
 if __name__ == "__main__":
