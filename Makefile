@@ -50,8 +50,11 @@ install-gpu: install
 install-flash-attn: install-gpu
 	$(PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
+# Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
 quickstart: install
 	$(PY) training/train_grpo.py --config-name quickstart
+	$(PY) -m training.pipeline --config-name quickstart --trained checkpoints/rg-grpo/quickstart \
+	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]"
 
 # Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.

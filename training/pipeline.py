@@ -59,6 +59,14 @@ def latest_step(checkpoints: Path) -> int | None:
     return int(marker.read_text().strip()) if marker.is_file() else None
 
 
+def _short(path: Path) -> str:
+    """`path` relative to the working directory when it is under it (console lines stay short)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 class Run:
     """The run folder: stage records and the subprocess runner that honours them."""
 
@@ -82,7 +90,7 @@ class Run:
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
         log = self.dir / "logs" / f"{stage}.log"
-        print(f"[pipeline] {stage}: running (command and output: {log})", flush=True)
+        print(f"[pipeline] {stage}: ", end="", flush=True)  # one line a stage: "finished in N s (log ...)" follows
         start = time.perf_counter()
         log.parent.mkdir(exist_ok=True)
         with open(log, "a") as out:
@@ -92,14 +100,14 @@ class Run:
                                   env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
         if code:
             tail = log.read_text()[-3000:]
-            sys.exit(f"[pipeline] {stage} failed (exit {code}); log: {log}\n{tail}\n"
-                     f"fix it and run the same command again: finished stages are skipped")
+            sys.exit(f"failed (exit {code}); log: {log}\n{tail}\n"
+                     f"[pipeline] fix it and run the same command again: finished stages are skipped")
         seconds = time.perf_counter() - start
         record = {"cmd": cmd, "key": key, "seconds": seconds}
         tmp = self.dir / "stages" / f".{stage}.json.tmp"
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, self.dir / "stages" / f"{stage}.json")
-        print(f"[pipeline] {stage}: finished in {seconds:.0f} s", flush=True)
+        print(f"finished in {seconds:.0f} s (command and output: {_short(log)})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,22 +132,24 @@ def main(argv: list[str] | None = None) -> int:
     if step is None:
         sys.exit(f"[pipeline] training left no checkpoint in {checkpoints}: set trainer.save_freq so that the last "
                  "step is saved (e.g. trainer.save_freq=trainer.total_training_steps)")
+    # the step and when its checkpoint was written: a fresh run that reaches the same step is another model
+    trained_key = {"step": step, "written": (checkpoints / f"global_step_{step}").stat().st_mtime_ns}
     run.stage("export", [py, "utils/load_fsdp_to_hf.py", str(checkpoints), str(run.dir / "model"), "--force",
-                         "--quiet"], key={"step": step})
+                         "--quiet"], key=trained_key)
     evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), "--from-run", str(checkpoints),
                 *(["--backend", backend] if backend else [])]
     eval_overrides = list(args.eval_override)
     run.stage("eval-base", [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
                             *eval_overrides], key={})
     run.stage("eval-trained", [*evaluate, "--model", str(run.dir / "model"), "--output",
-                               str(run.dir / "eval" / "trained"), *eval_overrides], key={"step": step},
+                               str(run.dir / "eval" / "trained"), *eval_overrides], key=trained_key,
               outputs=(run.dir / "eval" / "trained",))
     run.stage("compare", [py, "evaluation/evaluate_model.py", "--compare", str(run.dir / "eval" / "base"),
                           str(run.dir / "eval" / "trained"), "--output", str(run.dir / "eval" / "compare")],
-              key={"step": step}, outputs=(run.dir / "eval" / "compare",))
+              key=trained_key, outputs=(run.dir / "eval" / "compare",))
     print_comparison(run.dir / "eval" / "compare", step)
-    print(f"[pipeline] done: {run.dir / 'eval' / 'compare'} (tables, plots); model {run.dir / 'model'}; "
-          f"logs {run.dir / 'logs'}")
+    print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
+          f"{_short(run.dir / 'model')}")
     return 0
 
 
