@@ -20,7 +20,7 @@ from training.scoring import eval_overrides, read_scoring, scoring_settings, wri
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "configs" / "eval" / "quickstart.yaml")
 SMOKE = str(REPO / "configs" / "eval" / "smoke.yaml")
-SMALL = ["suite.categories.trained.size=2", "suite.categories.probe.size=1"]
+SMALL = ["suite.categories.in_mix.size=2", "suite.categories.probe.size=1"]
 
 
 @pytest.fixture(scope="module")
