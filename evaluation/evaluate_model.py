@@ -3,13 +3,14 @@
     python evaluation/evaluate_model.py --config configs/eval/smoke.yaml --model PATH [--backend hf] [--output DIR] \
         [sampling.n=1 suite.size=10 ...]
     python evaluation/evaluate_model.py --config configs/eval/inter_algebra.yaml --model http://127.0.0.1:8000/v1
-    python evaluation/evaluate_model.py --config configs/eval/quickstart.yaml --from-run checkpoints/rg-grpo/quickstart \
-        --model PATH [--cache]
+    python evaluation/evaluate_model.py --config configs/eval/quickstart.yaml \
+        --from-run checkpoints/rg-grpo/quickstart --model PATH [--cache]
     python evaluation/evaluate_model.py --compare BASE_DIR_OR_JSON TRAINED_DIR_OR_JSON --output DIR
 
 --from-run RUN scores and samples as that training run did (its scoring.json: reward options, system prompt,
 temperature, top_p, max tokens); key=value words still override. --cache keeps the results under
-$RG_GRPO_CACHE/eval/<fingerprint of model, suite, scoring and sampling> and reuses them (a base model is evaluated once).
+$RG_GRPO_CACHE/eval/<fingerprint of model, suite, scoring and sampling> and reuses them (a base model is evaluated
+once).
 
 Writes generations.jsonl (appended as results arrive; rerunning the same command resumes), results.json, results.md
 and results.png into the output folder (default outputs/eval/<config name>/<model name>).

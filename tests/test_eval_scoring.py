@@ -55,7 +55,8 @@ def test_fallback_only_response_scores_the_same_in_training_and_evaluation(quick
 
 
 def test_reward_section_errors_name_the_key():
-    with pytest.raises(ConfigError, match=r"quickstart.yaml: unknown key 'reward.answer_fallbak'; did you mean answer_fallback"):
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: unknown key 'reward.answer_fallbak'; did you mean "
+                                          r"answer_fallback"):
         load_config(QUICKSTART, ["model.path=x", "reward.answer_fallbak=last_number"])
     with pytest.raises(ConfigError, match=r"'reward.partial_credit' must be true/false"):
         load_config(QUICKSTART, ["model.path=x", "reward.partial_credit=3"])
