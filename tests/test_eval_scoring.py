@@ -62,6 +62,8 @@ def test_reward_section_errors_name_the_key():
         load_config(QUICKSTART, ["model.path=x", "reward.partial_credit=3"])
     with pytest.raises(ConfigError, match=r"answer_fallback='first'; use one of"):
         load_config(QUICKSTART, ["model.path=x", "reward.answer_fallback=first"])
+    with pytest.raises(ConfigError, match=r"'decoding' must list greedy and/or sampled in that order"):
+        load_config(QUICKSTART, ["model.path=x", "decoding=[sampled,greedy]"])
 
 
 def test_from_run_missing_scoring_file_is_a_clear_error(tmp_path, capsys):
