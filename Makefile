@@ -100,9 +100,12 @@ install-flash-attn: install-gpu
 	$(GPU_PY) -m training.devices nvcc
 	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
+# Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
+QUICKSTART_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY))
 quickstart: $(if $(filter gpu,$(DEVICE)),install-gpu,install)
-	$(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY)) training/train_grpo.py --config-name quickstart \
-	  trainer.device=$(if $(filter gpu,$(DEVICE)),cuda,cpu)
+	$(QUICKSTART_PY) training/train_grpo.py --config-name quickstart trainer.device=$(if $(filter gpu,$(DEVICE)),cuda,cpu)
+	$(QUICKSTART_PY) -m training.pipeline --config-name quickstart --trained checkpoints/rg-grpo/quickstart \
+	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]"
 
 # Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.

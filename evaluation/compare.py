@@ -1,7 +1,11 @@
-"""Base vs trained: per-task and per-group accuracy side by side with deltas (markdown, JSON, PNG).
+"""Base vs trained: per-task and per-group accuracy side by side with paired 95% intervals (markdown, JSON, PNG).
 
 Mirrors the published cross-domain tables (category mean accuracy, base -> trained). Rows present in only one file
-are kept and shown with '-' so a changed suite is visible rather than silently dropped.
+are kept and shown with '-' so a changed suite is visible rather than silently dropped. The interval of a delta is a
+paired bootstrap over the items both runs answered (each item's mean accuracy over its samples, trained minus base):
+the same questions for both models, so item difficulty cancels. A change is "resolved" when the interval excludes 0.
+Runs scored or sampled differently (reward options, system prompt, temperature, ...) are refused: their accuracies
+measure different things.
 """
 
 from __future__ import annotations
@@ -12,6 +16,57 @@ import os
 
 from evaluation.report import fmt, load_results
 from evaluation.store import atomic_write
+
+
+PAIRED_RESAMPLES = 2000
+# run settings that decide what an accuracy means; base and trained must agree on all of them
+SCORING_KEYS = ("reward", "system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
+                "sampling.n")
+
+
+class NotComparable(ValueError):
+    """Base and trained were scored or sampled differently; the message names each difference and the fix."""
+
+
+def _setting(run: dict, key: str):
+    section, _, name = key.partition(".")
+    value = run.get(section)
+    return value.get(name) if name and isinstance(value, dict) else value
+
+
+def check_comparable(base: dict, trained: dict, labels: tuple[str, str]) -> None:
+    """Raises NotComparable when the runs differ in any SCORING_KEYS setting."""
+    diffs = [f"{key}: {labels[0]} {_setting(base['run'], key)!r} vs {labels[1]} {_setting(trained['run'], key)!r}"
+             for key in SCORING_KEYS if _setting(base["run"], key) != _setting(trained["run"], key)]
+    if diffs:
+        raise NotComparable("refusing to compare: the runs were scored or sampled differently, so their accuracies "
+                            "measure different things:\n  " + "\n  ".join(diffs) + "\nevaluate both with the same "
+                            "settings (evaluate_model.py --from-run RUN for both, or the same reward.*/sampling.* "
+                            "overrides)")
+
+
+def paired_interval(base: dict[str, float], trained: dict[str, float], items: list[str],
+                    resamples: int = PAIRED_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile interval of mean(trained - base) over `items`, resampling items; None without items."""
+    import numpy as np
+
+    if not items:
+        return None
+    diffs = np.array([trained[i] - base[i] for i in items])
+    rng = np.random.default_rng(seed)
+    means = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def verdict(interval: tuple[float, float] | None) -> str:
+    """The interval in words."""
+    if interval is None:
+        return "no paired items"
+    if interval[0] > 0:
+        return "better (resolved)"
+    if interval[1] < 0:
+        return "worse (resolved)"
+    return "not resolved"
 
 
 def _acc(stats: dict | None):
@@ -26,18 +81,31 @@ def _delta(a, b):
 
 def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base", "trained")) -> dict:
     """Rows for every task, every group and overall: accuracy in each run and the delta (trained - base)."""
-    def rows(section: str) -> list[dict]:
+    check_comparable(base, trained, labels)
+    acc_a, acc_b = base.get("item_accuracy") or {}, trained.get("item_accuracy") or {}
+    common = [i for i in acc_a if i in acc_b]
+
+    def paired(row: dict, members: list[str]) -> dict:
+        interval = paired_interval(acc_a, acc_b, members)
+        row.update(paired_items=len(members), paired_delta=(sum(acc_b[i] - acc_a[i] for i in members) / len(members)
+                                                            if members else None),
+                   ci95=list(interval) if interval else None, verdict=verdict(interval))
+        return row
+
+    def rows(section: str, member_of) -> list[dict]:
         keys = list(base[section]) + [k for k in trained[section] if k not in base[section]]
         out = []
         for key in keys:
             a, b = _acc(base[section].get(key)), _acc(trained[section].get(key))
-            out.append({"key": key, "base": a, "trained": b, "delta": _delta(a, b)})
+            out.append(paired({"key": key, "base": a, "trained": b, "delta": _delta(a, b)},
+                              [i for i in common if member_of(i) == key]))
         return out
 
     a, b = base["overall"]["accuracy"], trained["overall"]["accuracy"]
     return {"labels": list(labels), "models": [base["run"]["model"], trained["run"]["model"]],
-            "tasks": rows("tasks"), "groups": rows("groups"),
-            "overall": {"key": "overall", "base": a, "trained": b, "delta": _delta(a, b)}}
+            "scoring": {key: _setting(base["run"], key) for key in SCORING_KEYS},
+            "tasks": rows("tasks", lambda i: i.rsplit("/", 1)[0]), "groups": rows("groups", lambda i: i.split("/")[0]),
+            "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b)}, common)}
 
 
 def comparison_markdown(cmp: dict) -> str:
@@ -45,16 +113,33 @@ def comparison_markdown(cmp: dict) -> str:
     la, lb = cmp["labels"]
 
     def table(title: str, rows: list[dict]) -> list[str]:
-        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta |", "|---|---:|---:|---:|"]
+        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items | change |",
+                 "|---|---:|---:|---:|---:|---:|---|"]
         for r in rows:
             delta = "-" if r["delta"] is None else f"{r['delta']:+.3f}"
-            lines.append(f"| {r['key']} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} |")
+            lines.append(f"| {r['key']} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
+                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} |")
         return lines + [""]
 
     head = [f"# {la} vs {lb}", "", f"- {la}: {cmp['models'][0]}", f"- {lb}: {cmp['models'][1]}",
-            "- metric: mean accuracy over samples (binarised scores)", ""]
+            "- metric: mean accuracy over samples (binarised scores); interval: paired bootstrap over items, "
+            f"{PAIRED_RESAMPLES} resamples", f"- scored and sampled with: {scoring_text(cmp.get('scoring') or {})}", ""]
     body = table("Category", cmp["groups"] + [cmp["overall"]]) + table("Task", cmp["tasks"])
     return "\n".join(head + body)
+
+
+def interval_text(row: dict) -> str:
+    """'[+0.03, +0.13]', or '-' without paired items."""
+    ci = row.get("ci95")
+    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "-"
+
+
+def scoring_text(scoring: dict) -> str:
+    """The scoring settings in one line."""
+    reward = scoring.get("reward") or {}
+    shown = {k: v for k, v in reward.items() if v not in (False, 0, 0.0, "", None)} or "tags only, binarised"
+    return (f"reward {shown}; T={scoring.get('sampling.temperature')}, n={scoring.get('sampling.n')}, "
+            f"max_tokens={scoring.get('sampling.max_tokens')}; system prompt {scoring.get('system_prompt')!r}")
 
 
 def plot_comparison(cmp: dict, path: str) -> None:
@@ -84,6 +169,55 @@ def plot_comparison(cmp: dict, path: str) -> None:
     fig.savefig(path + ".tmp.png", dpi=110)
     plt.close(fig)
     os.replace(path + ".tmp.png", path)
+
+
+def modes(path: str) -> list[str | None]:
+    """[None] for a results.json or a folder holding one; else the mode subfolders (greedy, sampled) it holds."""
+    if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "results.json")):
+        return [None]
+    found = [m for m in ("greedy", "sampled") if os.path.isfile(os.path.join(path, m, "results.json"))]
+    return found or [None]
+
+
+def write_comparisons(base_path: str, trained_path: str, out_dir: str,
+                      labels: tuple[str, str] = ("base", "trained")) -> dict[str | None, dict]:
+    """One comparison per evaluation mode found in both (OUT/greedy, OUT/sampled), or one in OUT; {mode: cmp}."""
+    base_modes, trained_modes = modes(base_path), modes(trained_path)
+    if base_modes != trained_modes:
+        raise NotComparable(f"{base_path} holds {base_modes} evaluations, {trained_path} {trained_modes}; "
+                            "evaluate both with the same suite (its 'greedy' key)")
+    out = {}
+    for mode in base_modes:
+        sub = (lambda p: os.path.join(p, mode)) if mode else (lambda p: p)
+        out[mode] = write_comparison(sub(base_path), sub(trained_path), sub(out_dir), labels)
+    return out
+
+
+def load_comparisons(out_dir: str) -> dict[str | None, dict]:
+    """The comparison.json files write_comparisons left in `out_dir`, by mode."""
+    found = {m: os.path.join(out_dir, m, "comparison.json") for m in ("greedy", "sampled")}
+    found = {m: p for m, p in found.items() if os.path.isfile(p)} or {None: os.path.join(out_dir, "comparison.json")}
+    out = {}
+    for mode, path in found.items():
+        with open(path) as fh:
+            out[mode] = json.load(fh)
+    return out
+
+
+def summary_lines(cmps: dict[str | None, dict]) -> list[str]:
+    """A few console lines: per mode, each group and overall, base -> trained, delta, interval, verdict."""
+    lines = []
+    for mode, cmp in cmps.items():
+        sc = cmp.get("scoring") or {}
+        label = "greedy (T=0, 1 sample per item)" if sc.get("sampling.temperature") == 0 else \
+            f"sampled (T={sc.get('sampling.temperature')}, {sc.get('sampling.n')} samples per item)"
+        lines.append(f"{label}: {cmp['labels'][0]} -> {cmp['labels'][1]}, delta, paired 95% interval")
+        rows = cmp["groups"] + ([cmp["overall"]] if len(cmp["groups"]) > 1 else [])
+        for r in rows:
+            delta = "-" if r.get("paired_delta") is None else f"{r['paired_delta']:+.3f}"
+            lines.append(f"  {r['key']:<10} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "
+                         f"{r.get('verdict', '-')}")
+    return lines
 
 
 def write_comparison(base_path: str, trained_path: str, out_dir: str,

@@ -106,9 +106,19 @@ class EvalConfig:
     score_timeout_s: float = 10.0  # per-response scoring timeout
     bootstrap_samples: int = 1000  # resamples for confidence intervals
     reference: Any = None  # evaluation.reference_config.ReferenceEval when the file used reasoning-gym's schema
+    # envs.reward.RewardOptions keys, as env.reward of a training config: the evaluator scores as training did
+    reward: dict = field(default_factory=dict)
+    # `decoding:` [] (default): one evaluation with `sampling` into OUTPUT. Else one per mode, in OUTPUT/<mode>:
+    # "greedy" (T=0, one sample, pass@1) and/or "sampled" (`sampling` as given)
+    modes: list[str] = field(default_factory=list)
 
 
-TOP_KEYS = {"model", "sampling", "prompt", "suite", "pass_k", "output_dir", "score_timeout_s", "bootstrap_samples"}
+MODES = ("greedy", "sampled")
+
+
+
+TOP_KEYS = {"model", "sampling", "prompt", "suite", "pass_k", "output_dir", "score_timeout_s", "bootstrap_samples",
+            "reward", "decoding"}
 SUITE_KEYS = {"size", "seed", "categories", "composites"}
 TASK_KEYS = {"task", "size", "seed", "config"}
 
@@ -269,9 +279,44 @@ def config_from_dict(raw: dict, source: str = "<dict>") -> EvalConfig:
     for key in ("output_dir", "score_timeout_s", "bootstrap_samples"):
         if key in raw:
             setattr(cfg, key, type(getattr(cfg, key))(raw[key]))
+    modes = raw.get("decoding") or []
+    if not isinstance(modes, list) or modes != [m for m in MODES if m in modes]:
+        raise ConfigError(f"{source}: 'decoding' must list {' and/or '.join(MODES)} in that order (or be empty), "
+                          f"got {modes!r}")
+    cfg.modes = list(modes)
+    cfg.reward = parse_reward(raw.get("reward"), source)
     _parse_suite(raw.get("suite"), cfg, source)
     validate(cfg)
     return cfg
+
+
+def parse_reward(raw: Any, source: str) -> dict:
+    """The `reward:` section, checked by envs.reward.RewardOptions (training's own check): unknown keys with close
+    matches, wrong values with the key. Returns the keys as given."""
+    from envs.reward import RewardOptions
+
+    raw = dict(_mapping(raw, "reward", source))
+    names = {f.name for f in dataclasses.fields(RewardOptions)}
+    _check_keys(raw, names, "reward.", source)
+    for key, value in raw.items():
+        default = RewardOptions.__dataclass_fields__[key].default
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{source}: 'reward.{key}' must be a number, got {value!r}")
+        if isinstance(default, bool) and key != "answer_fallback" and not isinstance(value, bool):
+            raise ConfigError(f"{source}: 'reward.{key}' must be true/false, got {value!r}")
+    try:
+        RewardOptions(**raw)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: 'reward': {err}") from err
+    return raw
+
+
+def reward_options(cfg: EvalConfig):
+    """The RewardOptions the evaluator scores with: the suite's `reward:` (its timeout_s, else score_timeout_s)."""
+    from envs.reward import RewardOptions
+
+    return RewardOptions(**{"timeout_s": cfg.score_timeout_s, **cfg.reward})
 
 
 def validate(cfg: EvalConfig) -> None:

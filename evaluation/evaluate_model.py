@@ -3,12 +3,19 @@
     python evaluation/evaluate_model.py --config configs/eval/smoke.yaml --model PATH [--backend hf] [--output DIR] \
         [sampling.n=1 suite.size=10 ...]
     python evaluation/evaluate_model.py --config configs/eval/inter_algebra.yaml --model http://127.0.0.1:8000/v1
+    python evaluation/evaluate_model.py --config configs/eval/quickstart.yaml \
+        --from-run checkpoints/rg-grpo/quickstart --model PATH [--cache]
     python evaluation/evaluate_model.py --compare BASE_DIR_OR_JSON TRAINED_DIR_OR_JSON --output DIR
     python evaluation/evaluate_model.py --config eval_games_composite.yaml [--reference-output [DIR]]  # reasoning-gym's
 
 A YAML in reasoning-gym's training/evaluations/ schema (model_path, eval_repeats, categories: [{category, datasets}],
 ...) is recognised and translated (evaluation/reference_config.py); `--reference-output` also writes their result
 file, DIR/local_<timestamp>/results.json (DIR defaults to the YAML's output_dir, else the output folder).
+
+--from-run RUN scores and samples as that training run did (its scoring.json: reward options, system prompt,
+temperature, top_p, max tokens); key=value words still override. --cache keeps the results under
+$RG_GRPO_CACHE/eval/<fingerprint of model, suite, scoring and sampling> and reuses them (a base model is evaluated
+once).
 
 Writes generations.jsonl (appended as results arrive; rerunning the same command resumes), results.json, results.md
 and results.png into the output folder (default outputs/eval/<config name>/<model name>).
@@ -43,6 +50,8 @@ class Args:
     compare: list[str] | None = None  # BASE TRAINED results (folders or results.json)
     labels: list[str] = field(default_factory=lambda: ["base", "trained"])  # names of the compared runs
     reference_output: str | None = None  # also write reasoning-gym's results layout under this root ("" = default)
+    from_run: str | None = None  # training run folder whose scoring.json sets reward, prompt and sampling
+    cache: bool = False  # reuse / keep results in the evaluation cache (keyed by model, suite, scoring, sampling)
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -58,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
                         "the reasoning-gym YAML's output_dir, else the output folder)")
     p.add_argument("--compare", nargs=2, metavar=("BASE", "TRAINED"), help="compare two results (folders or json)")
     p.add_argument("--labels", nargs=2, default=["base", "trained"], help="names of the compared runs")
+    p.add_argument("--from-run", metavar="RUN", help="score and sample as this training run did (RUN/scoring.json)")
+    p.add_argument("--cache", action="store_true", help="reuse results of the same model, suite, scoring and sampling")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the YAML (omegaconf dot paths)")
     ns = p.parse_args(argv)
     if not ns.config and not ns.compare:
@@ -66,8 +77,14 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 def cli_overrides(args: Args) -> list[str]:
-    """--model / --backend / --output as YAML overrides, so validation sees the final config."""
-    out = list(args.overrides)
+    """--from-run's settings, key=value words, --model / --backend / --output as YAML overrides (later ones win), so
+    validation sees the final config."""
+    out = []
+    if args.from_run:
+        from training.scoring import eval_overrides, read_scoring
+
+        out += eval_overrides(read_scoring(args.from_run))
+    out += list(args.overrides)
     if args.model:
         if args.model.startswith(("http://", "https://")):
             out += [f"model.base_url={args.model}", "model.path="]
@@ -91,6 +108,38 @@ def default_output_dir(cfg) -> str:
     return os.path.join(root, stem, os.path.basename(model).replace(":", "_") or "model")
 
 
+def mode_configs(cfg) -> list[tuple[str | None, object]]:
+    """(subfolder, config) per evaluation: [(None, cfg)] without `modes`; else OUTPUT/greedy (T=0, one sample) and/or
+    OUTPUT/sampled (the suite's sampling)."""
+    import dataclasses
+
+    if not cfg.modes:
+        return [(None, cfg)]
+    greedy = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, temperature=0.0, n=1), pass_k=[1])
+    return [(mode, greedy if mode == "greedy" else cfg) for mode in cfg.modes]
+
+
+def evaluate(cfg, out_dir: str, cache: bool) -> dict:
+    """One evaluation into out_dir; with `cache`, generated in the cache folder of its fingerprint and copied."""
+    from evaluation.runner import run_evaluation
+
+    if not cache:
+        return run_evaluation(cfg, out_dir)
+    import hashlib
+    import json
+    import shutil
+
+    from evaluation.runner import fingerprint
+    from utils.offline_models import default_cache_dir
+
+    key = hashlib.sha256(json.dumps([fingerprint(cfg)["hash"], cfg.sampling.n, cfg.pass_k]).encode()).hexdigest()[:16]
+    cached = default_cache_dir() / "eval" / key
+    print(f"cache {cached}" + (" (hit)" if (cached / "results.json").is_file() else ""))
+    results = run_evaluation(cfg, str(cached))
+    shutil.copytree(cached, out_dir, dirs_exist_ok=True)
+    return results
+
+
 def ensure_hash_seed() -> None:
     """Pin PYTHONHASHSEED=0 (re-exec once): five Reasoning Gym generators change with it, and base vs trained
     runs must see the same questions."""
@@ -103,12 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.compare:
-        from evaluation.compare import comparison_markdown, write_comparison
+        from evaluation.compare import NotComparable, comparison_markdown, summary_lines, write_comparisons
 
         out = args.output or "outputs/eval/comparison"
-        cmp = write_comparison(args.compare[0], args.compare[1], out, tuple(args.labels))
-        print(comparison_markdown(cmp))
-        print(f"wrote {out}/comparison.md, comparison.json, comparison.png")
+        try:
+            cmps = write_comparisons(args.compare[0], args.compare[1], out, tuple(args.labels))
+        except (NotComparable, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        for mode, cmp in cmps.items():
+            print(comparison_markdown(cmp))
+        print("\n".join(summary_lines(cmps)))
+        print(f"wrote {out}" + ("/{" + ",".join(cmps) + "}" if None not in cmps else "")
+              + "/comparison.md, comparison.json, comparison.png")
         return 0
 
     # --- config: YAML + overrides, validated before any model loads
@@ -116,40 +172,45 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = load_config(args.config, cli_overrides(args))
-    except ConfigError as err:
+    except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    out_dir = cfg.output_dir or default_output_dir(cfg)
+    root = cfg.output_dir or default_output_dir(cfg)
     for line in cfg.reference.console_lines() if cfg.reference else []:
         print(line)
-    print(f"model {cfg.model.path or cfg.model.base_url} | backend {cfg.model.backend} | output {out_dir}")
-    print(f"sampling {cfg.sampling} | system prompt {cfg.system_prompt!r} | pass@k {cfg.pass_k}")
+    print(f"model {cfg.model.path or cfg.model.base_url} | backend {cfg.model.backend} | output {root}")
+    print(f"sampling {cfg.sampling} | system prompt {cfg.system_prompt!r} | reward {cfg.reward or 'tags only'} | "
+          f"pass@k {cfg.pass_k}" + (f" | modes {cfg.modes}" if cfg.modes else ""))
 
     # --- evaluate (resumes from out_dir/generations.jsonl)
     from evaluation.backends.openai import RequestFailed
     from evaluation.report import RESULTS_MD
-    from evaluation.runner import run_evaluation
 
-    started = datetime.now()
-    try:
-        results = run_evaluation(cfg, out_dir)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except RequestFailed as err:
-        print(f"error: {err}\nfinished generations are saved in {out_dir}; rerun the same command to resume",
-              file=sys.stderr)
-        return 1
-    with open(os.path.join(out_dir, RESULTS_MD)) as fh:
-        print(fh.read())
-    print(f"wrote {out_dir}/results.json, results.md, results.png, generations.jsonl")
-    if args.reference_output is not None:
-        from evaluation.reference_output import write_reference_output
+    complete = True
+    for mode, mode_cfg in mode_configs(cfg):
+        out_dir = os.path.join(root, mode) if mode else root
+        started = datetime.now()
+        try:
+            results = evaluate(mode_cfg, out_dir, args.cache)
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            return 2
+        except RequestFailed as err:
+            print(f"error: {err}\nfinished generations are saved in {out_dir}; rerun the same command to resume",
+                  file=sys.stderr)
+            return 1
+        with open(os.path.join(out_dir, RESULTS_MD)) as fh:
+            print(fh.read())
+        print(f"wrote {out_dir}/results.json, results.md, results.png, generations.jsonl")
+        if args.reference_output is not None:
+            from evaluation.reference_output import write_reference_output
 
-        root = args.reference_output or (cfg.reference.output_dir if cfg.reference else out_dir)
-        path = write_reference_output(cfg, out_dir, root, started, (datetime.now() - started).total_seconds())
-        print(f"wrote {path} (reasoning-gym's result layout)")
-    return 0 if results["run"]["complete"] else 1
+            ref_root = args.reference_output or (cfg.reference.output_dir if cfg.reference else out_dir)
+            path = write_reference_output(mode_cfg, out_dir, os.path.join(ref_root, mode) if mode else ref_root,
+                                          started, (datetime.now() - started).total_seconds())
+            print(f"wrote {path} (reasoning-gym's result layout)")
+        complete = complete and results["run"]["complete"]
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

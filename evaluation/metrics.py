@@ -40,6 +40,14 @@ def _item_accuracy(rec: dict) -> float:
     return float(rec.get("score", 0.0) >= 1.0)
 
 
+def item_accuracy(records: list[dict]) -> dict[str, float]:
+    """Mean accuracy over each item's samples, by item_id."""
+    by_item: dict[str, list[float]] = defaultdict(list)
+    for rec in records:
+        by_item[rec["item_id"]].append(_item_accuracy(rec))
+    return {key: sum(values) / len(values) for key, values in by_item.items()}
+
+
 def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> dict:
     """Metrics for one set of records (a task, a group or everything)."""
     by_item: dict[str, list[dict]] = defaultdict(list)

@@ -15,8 +15,8 @@ import os
 import time
 
 from evaluation.backends.base import Backend, Completion, GenRequest, build_backend
-from evaluation.config import ConfigError, EvalConfig
-from evaluation.metrics import aggregate
+from evaluation.config import ConfigError, EvalConfig, reward_options
+from evaluation.metrics import aggregate, item_accuracy
 from evaluation.store import GenerationStore, atomic_write
 from evaluation.suite import SuiteItem, build_suite, group_kinds
 
@@ -31,7 +31,17 @@ def fingerprint(cfg: EvalConfig) -> dict:
     suite = {"categories": [dataclasses.asdict(c) for c in cfg.categories],
              "composites": [dataclasses.asdict(c) for c in cfg.composites]}
     spec = {"model": cfg.model.path, "sampling": sampling, "system_prompt": cfg.system_prompt, "suite": suite}
+    if cfg.reward:  # only when set, so that runs from before the `reward:` section keep their fingerprint
+        spec["reward"] = cfg.reward
     return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
+
+
+def scoring_options(cfg: EvalConfig) -> dict:
+    """The reward options that decide a score (results record them; comparisons refuse runs that differ)."""
+    options = dataclasses.asdict(reward_options(cfg))
+    for key in ("timeout_s", "isolate", "tokenizer_path", "max_response_chars"):  # how, not what, is scored
+        options.pop(key)
+    return options
 
 
 def check_run_file(cfg: EvalConfig, out_dir: str) -> None:
@@ -59,12 +69,11 @@ def pending_requests(items: list[SuiteItem], store: GenerationStore, n: int) -> 
     return requests
 
 
-def score_completions(item: SuiteItem, completions: list[Completion], timeout_s: float) -> list[dict]:
-    """Score with the training reward (envs.reward, binarised), each call isolated in a child with a timeout."""
+def score_completions(item: SuiteItem, completions: list[Completion], options) -> list[dict]:
+    """Score with the training reward (envs.reward with the suite's reward options), each call isolated in a child
+    with a timeout."""
     from envs.isolation import shared_scorer
-    from envs.reward import RewardOptions
 
-    options = RewardOptions(timeout_s=timeout_s)
     requests = [{"response": c.text, "entry": item.entry, "task": item.task, "options": options,
                  "config": item.config, "response_length": c.num_tokens} for c in completions]
     return shared_scorer().score_many(requests)
@@ -78,6 +87,7 @@ def make_record(item: SuiteItem, sample: int, comp: Completion, scored: dict) ->
         "task": item.task, "question": entry.get("question"), "answer": entry.get("answer"),
         "metadata": entry.get("metadata"), "response": comp.text, "num_tokens": comp.num_tokens,
         "finish_reason": comp.finish_reason, "score": float(scored.get("raw_score", 0.0)),
+        "reward": float(scored.get("score", 0.0)),
         "accuracy": float(scored.get("acc", 0.0)), "answer_found": bool(scored.get("answer_found", False)),
         "pred": scored.get("pred"), "format_ok": bool(scored.get("format_ok", False)), "reason": scored.get("reason"),
     }
@@ -93,6 +103,7 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
                      backend: Backend | None) -> dict:
     """Ask the backend for every missing sample; score and log each prompt's results as they arrive."""
     requests = pending_requests(items, store, cfg.sampling.n)
+    options = reward_options(cfg)
     by_id = {item.item_id: item for item in items}
     todo = sum(len(r.samples) for r in requests)
     stats = {"requests": len(requests), "samples": todo, "generate_s": 0.0, "tokens": 0}
@@ -102,7 +113,7 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
 
     def on_result(req: GenRequest, completions: list[Completion]) -> None:
         item = by_id[req.key]
-        scored = score_completions(item, completions, cfg.score_timeout_s)
+        scored = score_completions(item, completions, options)
         for sample, comp, score in zip(req.samples, completions, scored):
             store.append(make_record(item, sample, comp, score))
             stats["tokens"] += comp.num_tokens
@@ -139,10 +150,12 @@ def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None
     records = [store.records[(i.item_id, s)] for i in items for s in range(cfg.sampling.n)
                if (i.item_id, s) in store.records]
     results = aggregate(records, cfg.pass_k, group_kinds(cfg), cfg.bootstrap_samples)
+    results["item_accuracy"] = item_accuracy(records)  # per item: what a paired comparison resamples
     gen_s = stats["generate_s"]
     results["run"] = {
         "config": cfg.source, "model": cfg.model.path or cfg.model.base_url, "backend": cfg.model.backend,
         "sampling": dataclasses.asdict(cfg.sampling), "system_prompt": cfg.system_prompt, "pass_k": cfg.pass_k,
+        "reward": scoring_options(cfg),
         "items": len(items), "suite_build_s": round(build_s, 3), "generated_samples": stats["samples"],
         "generate_s": round(gen_s, 3), "samples_per_s": round(stats["samples"] / gen_s, 3) if gen_s else None,
         "tokens_per_s": round(stats["tokens"] / gen_s, 1) if gen_s else None,

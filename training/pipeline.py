@@ -2,13 +2,18 @@
 
     python -m training.pipeline --config-name quickstart --run-dir runs/quickstart [hydra overrides ...]
         [--eval-config configs/eval/smoke.yaml] [--eval-backend hf] [--eval-override suite.size=8 ...]
+    python -m training.pipeline --config-name quickstart --run-dir RUN --trained checkpoints/rg-grpo/quickstart
+        (a run trained already: export, evaluate and compare only; `make quickstart` ends with this)
 
 Stages, each the command a user would run, in its own process:
   1. train      training/train_grpo.py with checkpoints in RUN/checkpoints (verl resumes; a finished run exits 0)
   2. export     utils/load_fsdp_to_hf.py of the latest checkpoint -> RUN/model
-  3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base
+  3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base (cached: evaluated once per model,
+                suite, scoring and sampling)
   4. eval-trained  the same on RUN/model -> RUN/eval/trained
-  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare
+  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare, its summary printed
+Both evaluations score and sample as training did (`--from-run`: the run's reward options, system prompt,
+temperature, top_p and max tokens); `--eval-override` may still change them, for both.
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
 command it would run (and re-exports when training went further). The evaluator resumes its own partial runs.
 The eval suite is `env.eval_suite` of the training config unless --eval-config is given.
@@ -36,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--eval-config", default=None, help="eval suite YAML (default: the config's env.eval_suite)")
     parser.add_argument("--eval-backend", default=None, help="vllm | hf | openai (default: hf without a GPU)")
     parser.add_argument("--eval-override", action="append", default=[], help="key=value for the eval suite")
+    parser.add_argument("--trained", type=Path, default=None,
+                        help="a finished training run's folder (trainer.default_local_dir): skip training, use it")
     return parser.parse_known_args(argv)
 
 
@@ -50,6 +57,14 @@ def resolved_training_config(config_name: str, overrides: list[str]):
 def latest_step(checkpoints: Path) -> int | None:
     marker = checkpoints / "latest_checkpointed_iteration.txt"
     return int(marker.read_text().strip()) if marker.is_file() else None
+
+
+def _short(path: Path) -> str:
+    """`path` relative to the working directory when it is under it (console lines stay short)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 class Run:
@@ -74,23 +89,25 @@ class Run:
         if done is not None and done["key"] != key:
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
-        print(f"[pipeline] {stage}: {' '.join(cmd)}", flush=True)
-        start = time.perf_counter()
         log = self.dir / "logs" / f"{stage}.log"
+        print(f"[pipeline] {stage}: ", end="", flush=True)  # one line a stage: "finished in N s (log ...)" follows
+        start = time.perf_counter()
         log.parent.mkdir(exist_ok=True)
         with open(log, "a") as out:
+            out.write(f"$ {' '.join(cmd)}\n")
+            out.flush()
             code = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                   env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
         if code:
             tail = log.read_text()[-3000:]
-            sys.exit(f"[pipeline] {stage} failed (exit {code}); log: {log}\n{tail}\n"
-                     f"fix it and run the same command again: finished stages are skipped")
+            sys.exit(f"failed (exit {code}); log: {log}\n{tail}\n"
+                     f"[pipeline] fix it and run the same command again: finished stages are skipped")
         seconds = time.perf_counter() - start
         record = {"cmd": cmd, "key": key, "seconds": seconds}
         tmp = self.dir / "stages" / f".{stage}.json.tmp"
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, self.dir / "stages" / f"{stage}.json")
-        print(f"[pipeline] {stage}: finished in {seconds:.0f} s", flush=True)
+        print(f"finished in {seconds:.0f} s (command and output: {_short(log)})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,29 +121,45 @@ def main(argv: list[str] | None = None) -> int:
 
         backend = "hf" if not torch.cuda.is_available() else None
     py = sys.executable
-    checkpoints = run.dir / "checkpoints"
-    run.stage("train", [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
-                        f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"],
-              key={})
+    if args.trained is None:
+        checkpoints = run.dir / "checkpoints"
+        run.stage("train", [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
+                            f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"],
+                  key={})
+    else:
+        checkpoints = args.trained.resolve()
     step = latest_step(checkpoints)
     if step is None:
         sys.exit(f"[pipeline] training left no checkpoint in {checkpoints}: set trainer.save_freq so that the last "
                  "step is saved (e.g. trainer.save_freq=trainer.total_training_steps)")
+    # the step and when its checkpoint was written: a fresh run that reaches the same step is another model
+    trained_key = {"step": step, "written": (checkpoints / f"global_step_{step}").stat().st_mtime_ns}
     run.stage("export", [py, "utils/load_fsdp_to_hf.py", str(checkpoints), str(run.dir / "model"), "--force",
-                         "--quiet"], key={"step": step})
-    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), *(["--backend", backend] if backend else [])]
+                         "--quiet"], key=trained_key)
+    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), "--from-run", str(checkpoints),
+                *(["--backend", backend] if backend else [])]
     eval_overrides = list(args.eval_override)
-    run.stage("eval-base", [*evaluate, "--model", base_model, "--output", str(run.dir / "eval" / "base"),
+    run.stage("eval-base", [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
                             *eval_overrides], key={})
     run.stage("eval-trained", [*evaluate, "--model", str(run.dir / "model"), "--output",
-                               str(run.dir / "eval" / "trained"), *eval_overrides], key={"step": step},
+                               str(run.dir / "eval" / "trained"), *eval_overrides], key=trained_key,
               outputs=(run.dir / "eval" / "trained",))
     run.stage("compare", [py, "evaluation/evaluate_model.py", "--compare", str(run.dir / "eval" / "base"),
                           str(run.dir / "eval" / "trained"), "--output", str(run.dir / "eval" / "compare")],
-              key={"step": step}, outputs=(run.dir / "eval" / "compare",))
-    print(f"[pipeline] done: {run.dir / 'eval' / 'compare'} (base vs trained at step {step}); "
-          f"model {run.dir / 'model'}; logs {run.dir / 'logs'}")
+              key=trained_key, outputs=(run.dir / "eval" / "compare",))
+    print_comparison(run.dir / "eval" / "compare", step)
+    print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
+          f"{_short(run.dir / 'model')}")
     return 0
+
+
+def print_comparison(compare_dir: Path, step: int) -> None:
+    """The held-out comparison in a few lines (evaluation.compare.summary_lines)."""
+    from evaluation.compare import load_comparisons, summary_lines
+
+    print(f"[pipeline] held-out evaluation, base vs trained (step {step}), paired 95% intervals over items:")
+    for line in summary_lines(load_comparisons(str(compare_dir))):
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

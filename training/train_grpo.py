@@ -188,6 +188,9 @@ def run(cfg: DictConfig) -> int:
         from training.preflight import run_preflight
 
         return run_preflight(cfg, tokenizer, "preflight=true")
+    from training.scoring import write_scoring
+
+    write_scoring(cfg)  # how this run scores and samples, for `evaluate_model.py --from-run`
     try:
         launch(cfg)
     except TrainingFailed as err:  # a fault during training: where it failed, what died, the command that resumes
