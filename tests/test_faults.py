@@ -98,18 +98,26 @@ def test_a_hanging_generator_is_skipped_and_the_rest_arrive():
 
 # ----- real runs on the tiny model: one process of the run SIGKILLed after step 1
 
+def train_command(tiny_run: list[str], run_dir: Path, ckpt: Path, steps: int, save_freq: int,
+                  *overrides: str) -> tuple[list[str], dict[str, str]]:
+    """Returns the command line and environment of a tiny CPU run checkpointing into `ckpt` every `save_freq` steps
+    (-1: never), with verl's step lines on the console (they tell the tests when to strike)."""
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
+           f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}",
+           f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
+           "env.console=verbose", *overrides]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
+               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    return cmd, env
+
+
 def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: int, *overrides: str,
                   timeout: float = 900) -> tuple[int, str, float]:
     """Starts train_grpo.py, SIGKILLs its first descendant whose command line matches each of `titles` once step 1
     is logged, and returns (exit code, output, seconds from the kill to the exit)."""
     import psutil
 
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
-           f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir}",
-           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
-           "env.console=verbose", *overrides]  # verl's step lines tell when to strike
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    cmd, env = train_command(tiny_run, run_dir, run_dir, steps, -1, *overrides)
     log = run_dir / "output.log"
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
@@ -185,12 +193,7 @@ def test_killed_rollout_server_stops_the_run_naming_it(tiny_run, tmp_path):
 
 def start_run(tiny_run: list[str], run_dir: Path, ckpt: Path, steps: int, *overrides: str):
     """Starts train_grpo.py saving every step into `ckpt`; returns (process, log path)."""
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
-           f"trainer.total_training_steps={steps}", "trainer.save_freq=1", f"trainer.default_local_dir={ckpt}",
-           f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
-           "env.console=verbose", *overrides]  # verl's step lines tell when to strike
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    cmd, env = train_command(tiny_run, run_dir, ckpt, steps, 1, *overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / f"output-{time.monotonic_ns()}.log"
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
