@@ -6,8 +6,9 @@
 
 Configs are configs/NAME.yaml over verl's ppo_trainer. Before any worker starts, the config is resolved (offline
 model folders, GPU count), checked (batch arithmetic, GPUs, model, task names, prompt lengths with the model's
-tokenizer) and validated by verl. trainer.device=auto (default) trains on a visible CUDA GPU, else on the CPU
-backend (training/cpu_backend); preflight=true runs the quick CPU check of the data path instead of training.
+tokenizer) and validated by verl. trainer.device=auto (default) trains on CUDA when torch can use a GPU and on the
+CPU backend (training/cpu_backend) on a machine without NVIDIA GPUs; GPUs that torch cannot use stop the launch with
+the fix (training/devices.py). preflight=true runs the quick CPU check of the data path instead of training.
 """
 
 from __future__ import annotations
