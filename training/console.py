@@ -90,19 +90,24 @@ def collect_worker_logs(ray_logs: Path | None, logs: Path) -> dict[int, Path]:
     if ray_logs is None or not ray_logs.is_dir():
         return copied
     target = logs / "workers"
-    target.mkdir(parents=True, exist_ok=True)
     sources = [p for p in sorted(ray_logs.glob("worker-*")) if p.suffix in (".out", ".err") and p.stat().st_size]
     names: dict[int, str] = {}  # Ray marks the actor's name in one of its two files
     for source in sources:
         name = actor_of(source)
         if name != "worker":
             names[int(source.stem.rsplit("-", 1)[-1])] = name
-    for source in sources:
-        pid = int(source.stem.rsplit("-", 1)[-1])
-        dest = target / f"{names.get(pid, 'worker')}-{pid}{source.suffix}"
-        shutil.copyfile(source, dest)
-        if source.suffix == ".err" or pid not in copied:
-            copied[pid] = dest
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            pid = int(source.stem.rsplit("-", 1)[-1])
+            dest = target / f"{names.get(pid, 'worker')}-{pid}{source.suffix}"
+            shutil.copyfile(source, dest)
+            if source.suffix == ".err" or pid not in copied:
+                copied[pid] = dest
+    except OSError as err:  # a full disk (often the run's own fault): the logs stay where Ray wrote them
+        print(f"[logs] could not copy the worker logs to {target} ({err.strerror}); they stay in {ray_logs}",
+              file=sys.stderr)
+        return {int(p.stem.rsplit("-", 1)[-1]): p for p in sources if p.suffix == ".err"}
     link = logs / "ray"
     if link.is_symlink():
         link.unlink()

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import ray
+import ray.util.scheduling_strategies
 from verl.experimental.reward_loop import reward_loop as verl_reward_loop
 
 REWARD_WORKER_RESTARTS = 3  # per worker; past that its calls fail and the failed-sample check stops the run
@@ -37,9 +38,23 @@ class RestartingRewardLoopManager(verl_reward_loop.RewardLoopManager):
     """verl's RewardLoopManager whose reward workers Ray restarts, retrying their in-flight calls."""
 
     def _init_reward_loop_workers(self):
+        """verl's loop (one worker per reward.num_workers, round-robin over the nodes with CPUs), with two changes:
+        Ray restarts the workers, and their constructor arguments are objects this manager holds. A restart re-runs
+        __init__ with the creation arguments, and the config (over Ray's 100 KiB inline limit, so put in the object
+        store for the first creation) had been freed by then: the restarted worker died with
+        ReferenceCountingAssertionError and every retried call with it."""
         self.reward_loop_workers_class = ray.remote(max_restarts=REWARD_WORKER_RESTARTS, max_task_retries=-1)(
             verl_reward_loop.RewardLoopWorker)
-        super()._init_reward_loop_workers()
+        self._held_worker_args = (ray.put(self.config), ray.put(self.reward_router_address))
+        nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+        self.reward_loop_workers = [
+            self.reward_loop_workers_class.options(
+                name=f"reward_loop_worker_{i}",
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=nodes[i % len(nodes)], soft=True),
+            ).remote(*self._held_worker_args)
+            for i in range(self.config.reward.num_workers)
+        ]
 
 
 def install_restartable_reward_workers() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -221,8 +222,23 @@ class ReasoningGymTrainer(PPOTrainerSync):
     def step(self, metrics: dict, timing_raw: dict):
         """verl's step, then env metrics and curriculum feedback from the step's scored responses. A step that
         raises names the rollout servers and reward workers that are dead (training/faults.py)."""
-        try:
+        with self._naming_dead_actors():
             batch = super().step(metrics, timing_raw)
+        with marked_timer("env_feedback", timing_raw, color="cyan"):
+            metrics.update(self.env_feedback(batch))
+        return batch
+
+    def on_step_end(self):
+        """verl's (the weight sync to the rollout servers), naming dead actors when it fails like a step does."""
+        with self._naming_dead_actors():
+            super().on_step_end()
+
+    @contextmanager
+    def _naming_dead_actors(self):
+        """Re-raises an error of the block as "step N failed; dead: ..." when a rollout server or reward worker is
+        dead, so the console's [fault] line says what died; other errors (and FailedSamples) pass unchanged."""
+        try:
+            yield
         except FailedSamples:
             raise
         except Exception as err:
@@ -235,9 +251,6 @@ class ReasoningGymTrainer(PPOTrainerSync):
                 step = getattr(self, "global_steps", "?")
                 raise RuntimeError(f"step {step} failed; dead: {'; '.join(dead)}") from err
             raise
-        with marked_timer("env_feedback", timing_raw, color="cyan"):
-            metrics.update(self.env_feedback(batch))
-        return batch
 
     def env_feedback(self, batch) -> dict[str, float]:
         """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
