@@ -46,11 +46,16 @@ def mix_path(mix: str) -> Path:
     return candidate
 
 
+def listed_devices(cuda_visible_devices: str) -> int:
+    """Returns how many devices a CUDA_VISIBLE_DEVICES value lists ("" and "-1" hide them all)."""
+    return len([d for d in cuda_visible_devices.split(",") if d.strip() and d.strip() != "-1"])
+
+
 def visible_gpu_count() -> int:
     """Returns how many CUDA devices this process may use: CUDA_VISIBLE_DEVICES if set, else torch's count."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        return listed_devices(visible)
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.config import listed_devices
+
 # The oldest Linux driver that runs a CUDA major version's builds (NVIDIA's minor-version compatibility floors:
 # CUDA 13.x needs the 580 branch, 12.x the 525 branch). PyPI's torch 2.11.0 and vllm 0.24.0 are CUDA 13.0 builds.
 MIN_DRIVER = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
@@ -101,8 +103,7 @@ def why_unusable(host: HostGPUs, torch_cuda: TorchCUDA) -> str:
     if torch_cuda.build is None:
         return (f"{gpus} but the torch in this environment ({sys.prefix}) is a CPU build: install the GPU environment "
                 f"with `make install-gpu` and run with .venv-gpu/bin/python (or `make quickstart DEVICE=gpu`), {FIX_CPU}")
-    if torch_cuda.visible_devices is not None and not [d for d in torch_cuda.visible_devices.split(",")
-                                                        if d.strip() and d.strip() != "-1"]:
+    if torch_cuda.visible_devices is not None and not listed_devices(torch_cuda.visible_devices):
         return (f"{gpus} but CUDA_VISIBLE_DEVICES={torch_cuda.visible_devices!r} hides all of them: unset it or list "
                 f"the GPUs to use (CUDA_VISIBLE_DEVICES=0,1), {FIX_CPU}")
     needed = min_driver(torch_cuda.build)
