@@ -371,6 +371,17 @@ def load_config(path: str, overrides: list[str] | None = None) -> EvalConfig:
     return cfg
 
 
+def select_categories(cfg: EvalConfig, names: list[str]) -> EvalConfig:
+    """`cfg` with only the named categories (reasoning-gym's `--category`) and no composites; an unknown name is an
+    error that lists the suite's categories."""
+    known = [c.name for c in cfg.categories]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"{cfg.source}: --category {', '.join(unknown)}: no such category in this suite; its "
+                          f"categories: {', '.join(known) or 'none (composites only)'}")
+    return dataclasses.replace(cfg, categories=[c for c in cfg.categories if c.name in names], composites=[])
+
+
 def _merge(raw: dict, overrides: list[str]) -> dict:
     """`raw` with omegaconf dotlist overrides applied (unchanged when there are none)."""
     from omegaconf import OmegaConf

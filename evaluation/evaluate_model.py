@@ -33,6 +33,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
+import re  # noqa: E402
 import logging  # noqa: E402
 from datetime import datetime  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -52,6 +53,10 @@ class Args:
     reference_output: str | None = None  # also write reasoning-gym's results layout under this root ("" = default)
     from_run: str | None = None  # training run folder whose scoring.json sets reward, prompt and sampling
     cache: bool = False  # reuse / keep results in the evaluation cache (keyed by model, suite, scoring, sampling)
+    category: list[str] | None = None  # evaluate only these categories (reasoning-gym's --category)
+    batch_size: int | None = None  # model.batch_size (reasoning-gym's --batch-size)
+    device: str | None = None  # cpu | cuda | cuda:N, as CUDA_VISIBLE_DEVICES (reasoning-gym's --device)
+    verbose: bool = False  # reasoning-gym's --verbose: accepted; the responses are in generations.jsonl
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -69,10 +74,18 @@ def parse_args(argv: list[str] | None = None) -> Args:
     p.add_argument("--labels", nargs=2, default=["base", "trained"], help="names of the compared runs")
     p.add_argument("--from-run", metavar="RUN", help="score and sample as this training run did (RUN/scoring.json)")
     p.add_argument("--cache", action="store_true", help="reuse results of the same model, suite, scoring and sampling")
+    p.add_argument("--category", action="append", metavar="NAME",
+                   help="evaluate only this category of the suite (repeatable; composites are left out)")
+    p.add_argument("--batch-size", type=int, metavar="N", help="model.batch_size: prompts per generate() (hf)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N: sets CUDA_VISIBLE_DEVICES (cpu: hf backend only)")
+    p.add_argument("--verbose", action="store_true",
+                   help="accepted for reasoning-gym's command lines; every response is in OUTPUT/generations.jsonl")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the YAML (omegaconf dot paths)")
     ns = p.parse_args(argv)
     if not ns.config and not ns.compare:
         p.error("give --config FILE.yaml (or --compare BASE TRAINED)")
+    if ns.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", ns.device):
+        p.error(f"--device {ns.device!r}: give cpu, cuda or cuda:N")
     return Args(**vars(ns))
 
 
@@ -96,7 +109,22 @@ def cli_overrides(args: Args) -> list[str]:
         out.append(f"model.backend={args.backend}")
     if args.output:
         out.append(f"output_dir={args.output}")
+    if args.batch_size is not None:
+        out.append(f"model.batch_size={args.batch_size}")
     return out
+
+
+def apply_device(device: str | None) -> str | None:
+    """reasoning-gym's `--device` as CUDA_VISIBLE_DEVICES, set before torch loads; returns the console line."""
+    if device is None or device == "cuda":
+        return None
+    visible = "" if device == "cpu" else device.split(":")[1]
+    already = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if already is not None and already != visible:
+        raise SystemExit(f"error: --device {device} and CUDA_VISIBLE_DEVICES={already} disagree; give one of them")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    return f"--device {device}: CUDA_VISIBLE_DEVICES={visible!r}" + (" (no GPU visible: the hf backend runs on the "
+                                                                      "CPU, vllm needs its CPU build)" if not visible else "")
 
 
 def default_output_dir(cfg) -> str:
@@ -168,13 +196,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # --- config: YAML + overrides, validated before any model loads
-    from evaluation.config import ConfigError, load_config
+    from evaluation.config import ConfigError, load_config, select_categories
 
+    device_line = apply_device(args.device)
     try:
         cfg = load_config(args.config, cli_overrides(args))
+        if args.category:
+            cfg = select_categories(cfg, args.category)
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    for line in [device_line] + (["--verbose: nothing more is printed; every response is in generations.jsonl"]
+                                 if args.verbose else []):
+        if line:
+            print(line)
     root = cfg.output_dir or default_output_dir(cfg)
     for line in cfg.reference.console_lines() if cfg.reference else []:
         print(line)

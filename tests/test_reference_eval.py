@@ -150,3 +150,30 @@ def test_our_suites_write_their_layout_too(tmp_path):
     assert {d["name"] for d in mixed} <= {"chain_sum", "letter_counting"}
     assert sum(d["total_examples"] for d in mixed) == 4 and all(d["average_score"] == 0.5 for d in mixed)
     assert out["metadata"]["eval_repeats"] == 2
+
+
+def test_their_command_line_flags_category_batch_size_device_verbose(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """reasoning-gym's `--category --batch-size --device --verbose` work: one category evaluated, the batch size and
+    the device applied (as CUDA_VISIBLE_DEVICES, before torch loads), --verbose named; a wrong category or device
+    exits 2 naming what exists."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    path = their_yaml(tmp_path, max_tokens=4, eval_repeats=1)
+    argv = ["--config", str(path), "--model", str(tiny_model_dir), "--backend", "hf", "--output-dir", str(tmp_path / "o")]
+    assert main([*argv, "--category", "algorithmic", "--batch-size", "3", "--device", "cpu", "--verbose"]) == 0
+    printed = capsys.readouterr().out
+    assert "--device cpu: CUDA_VISIBLE_DEVICES=''" in printed and "--verbose: nothing more is printed" in printed
+    import os
+
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert list(results["tasks"]) == ["algorithmic/spell_backward"]
+    from evaluation.evaluate_model import cli_overrides, parse_args
+
+    assert load_config(str(path), cli_overrides(parse_args([*argv, "--batch-size", "3"]))).model.batch_size == 3
+
+    assert main([*argv, "--category", "games"]) == 2
+    assert "--category games: no such category in this suite; its categories: arithmetic, algorithmic" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--device", "gpu0"])
+    assert exit_.value.code == 2 and "--device 'gpu0': give cpu, cuda or cuda:N" in capsys.readouterr().err
