@@ -33,8 +33,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
-import re  # noqa: E402
 import logging  # noqa: E402
+import re  # noqa: E402
 from datetime import datetime  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
@@ -123,8 +123,8 @@ def apply_device(device: str | None) -> str | None:
     if already is not None and already != visible:
         raise SystemExit(f"error: --device {device} and CUDA_VISIBLE_DEVICES={already} disagree; give one of them")
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    return f"--device {device}: CUDA_VISIBLE_DEVICES={visible!r}" + (" (no GPU visible: the hf backend runs on the "
-                                                                      "CPU, vllm needs its CPU build)" if not visible else "")
+    line = f"--device {device}: CUDA_VISIBLE_DEVICES={visible!r}"
+    return line if visible else line + " (no GPU visible: the hf backend runs on the CPU, vllm needs its CPU build)"
 
 
 def default_output_dir(cfg) -> str:
@@ -206,10 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    for line in [device_line] + (["--verbose: nothing more is printed; every response is in generations.jsonl"]
-                                 if args.verbose else []):
-        if line:
-            print(line)
+    if device_line:
+        print(device_line)
+    if args.verbose:
+        print("--verbose: nothing more is printed; every response is in generations.jsonl")
     root = cfg.output_dir or default_output_dir(cfg)
     for line in cfg.reference.console_lines() if cfg.reference else []:
         print(line)
