@@ -156,9 +156,11 @@ def test_their_command_line_flags_category_batch_size_device_verbose(tiny_model_
     """reasoning-gym's `--category --batch-size --device --verbose` work: one category evaluated, the batch size and
     the device applied (as CUDA_VISIBLE_DEVICES, before torch loads), --verbose named; a wrong category or device
     exits 2 naming what exists."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # recorded, so teardown restores the caller's value ...
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # ... and --device cpu starts from none
     path = their_yaml(tmp_path, max_tokens=4, eval_repeats=1)
-    argv = ["--config", str(path), "--model", str(tiny_model_dir), "--backend", "hf", "--output-dir", str(tmp_path / "o")]
+    argv = ["--config", str(path), "--model", str(tiny_model_dir), "--backend", "hf",
+            "--output-dir", str(tmp_path / "o")]
     assert main([*argv, "--category", "algorithmic", "--batch-size", "3", "--device", "cpu", "--verbose"]) == 0
     printed = capsys.readouterr().out
     assert "--device cpu: CUDA_VISIBLE_DEVICES=''" in printed and "--verbose: nothing more is printed" in printed
