@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 from envs.generation import generate_entry
 from envs.worker_process import WorkerProcess
@@ -81,11 +81,15 @@ class _Worker:
 class Producer:
     """A pool of generator processes with results held by key until the stream collects them."""
 
-    def __init__(self, processes: int, timeout_s: float = GENERATION_TIMEOUT_S):
+    def __init__(self, processes: int, timeout_s: float = GENERATION_TIMEOUT_S,
+                 on_respawn: Callable[[], None] | None = None):
+        """`on_respawn` is called (in a reader thread) each time a child is replaced, as it happens: the stream counts
+        it at once, not at its next item, so a step's metrics show a death during that step."""
         if processes < 1:
             raise ValueError(f"a Producer needs at least one process, got {processes}")
         self.timeout_s = timeout_s
         self.respawns = 0  # children replaced after they died or hung
+        self._on_respawn = on_respawn
         self._cond = threading.Condition()
         self._results: dict[Hashable, Any] = {}
         self._requested: set[Hashable] = set()
@@ -165,6 +169,8 @@ class Producer:
                     self._args.pop(head, None)
                     lost = lost[1:]
             self.respawns += 1
+            if self._on_respawn is not None:
+                self._on_respawn()
             if self.respawns > MAX_RESPAWNS:
                 for key in lost:
                     self._results[key] = RuntimeError(

@@ -154,9 +154,6 @@ class TaskStream(IterableDataset):
             logging.getLogger(__name__).warning("skipped %s at %s position %d: %s", key, self.split, position,
                                                 str(err).splitlines()[0])
             return None
-        finally:
-            if self._producer is not None and self._producer.respawns:
-                self.stats["producer_respawns"] = self._producer.respawns
         spec = self.mix.task(key)
         messages = build_messages(entry["question"], self.system_prompt)
         if self.tokenizer is not None and self.max_prompt_length:
@@ -200,8 +197,11 @@ class TaskStream(IterableDataset):
 
     def _ensure_producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(self._processes)
+            self._producer = Producer(self._processes, on_respawn=self._count_respawn)
         return self._producer
+
+    def _count_respawn(self) -> None:
+        self.stats["producer_respawns"] += 1  # cumulative over the run: stats are saved and restored with the stream
 
     def _prefetch(self, positions: range) -> None:
         for position in positions:

@@ -83,6 +83,33 @@ def test_a_killed_producer_process_is_replaced_and_nothing_is_lost():
         producer.close()
 
 
+def test_a_stream_counts_a_producer_death_when_it_happens_and_across_a_resume():
+    """The trainer reads stream.stats at the end of each step: a death must show there at once, not only after the
+    stream's next item (a kill during a run's last step would otherwise never be counted), and survive a resume."""
+    from envs.stream import TaskStream
+
+    stream = TaskStream({"tasks": {"countdown": {"weight": 1.0}}}, producer_processes=1)
+    try:
+        stream.start()
+        os.kill(stream._producer._workers[0].process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while stream.stats["producer_respawns"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stream.stats["producer_respawns"] == 1
+        state = stream.state_dict()
+    finally:
+        stream.close()
+    resumed = TaskStream({"tasks": {"countdown": {"weight": 1.0}}}, producer_processes=1)
+    try:
+        resumed.load_state_dict(state)
+        resumed.start()
+        os.kill(resumed._producer._workers[0].process.pid, signal.SIGKILL)
+        assert resumed.take(2)  # the replacement generates
+        assert resumed.stats["producer_respawns"] == 2  # the run's count, not this process's
+    finally:
+        resumed.close()
+
+
 def test_a_hanging_generator_is_skipped_and_the_rest_arrive():
     """A request past timeout_s kills its child; it fails alone (GenerationFailed), the others are regenerated."""
     producer = Producer(1, timeout_s=2.0)
@@ -119,7 +146,7 @@ def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: 
                   timeout: float = 900) -> tuple[int, str, float, int]:
     """Starts train_grpo.py, SIGKILLs its first descendant whose command line matches each of `titles` once step 1
     is logged, and returns (exit code, output, seconds from the kill to the exit, the last step logged before the
-    kill: tiny steps take ~0.5 s and the log is read once a second, so that can be step 2 or 3)."""
+    kill: tiny steps take ~0.5 s and the log is read every 0.2 s, so that can be step 2)."""
     import psutil
 
     cmd, env = train_command(tiny_run, run_dir, run_dir, steps, -1, *overrides)
@@ -130,7 +157,7 @@ def run_with_kill(tiny_run: list[str], run_dir: Path, titles: list[str], steps: 
         deadline, killed_at = time.monotonic() + timeout, None
         try:
             while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(1)
+                time.sleep(0.2)
                 logged = log.read_text(errors="replace")
                 if killed_at is None and re.search(r"\bstep:1 - ", logged):
                     steps_at_kill = max(int(n) for n in re.findall(r"\bstep:(\d+) - ", logged))
@@ -170,18 +197,19 @@ def metrics_of(output: str, step: int) -> dict[str, float]:
 def test_killed_reward_worker_and_producer_are_replaced_and_every_step_trains_its_full_batch(tiny_run, tmp_path):
     """A mix with a slow task (its items come from a producer process); after step 1 a reward worker and, through
     the same run, a producer child are SIGKILLed: Ray restarts the worker and retries its calls, the producer replaces
-    its child, and steps 2-4 train all 8 of their samples, none scored 0 for a dead scorer."""
+    its child, and steps 2-5 train all 8 of their samples, none scored 0 for a dead scorer; the last step's metrics
+    count the respawn."""
     mix = tmp_path / "mix.yaml"
     mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
                    "  countdown: {weight: 1.0}\n")
     code, output, _, _ = run_with_kill(tiny_run, tmp_path / "reward",
-                                    [r"ray::RewardLoopWorker", r"envs\.producer:_generate"], 4, f"env.mix={mix}")
+                                    [r"ray::RewardLoopWorker", r"envs\.producer:_generate"], 5, f"env.mix={mix}")
     assert code == 0, output[-6000:]
-    for step in (1, 2, 3, 4):
+    for step in (1, 2, 3, 4, 5):
         metrics = metrics_of(output, step)
         assert metrics["env/samples"] == 8 and metrics["reliability/failed_samples"] == 0, (step, metrics)
     assert "could not score" not in output
-    assert metrics_of(output, 4)["env/producer_respawns"] >= 1
+    assert metrics_of(output, 5)["env/producer_respawns"] == 1
 
 
 @pytest.mark.slow
