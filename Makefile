@@ -102,8 +102,9 @@ install-flash-attn: install-gpu
 
 # The offline GPU kit (gpu_kit/, README "A GPU machine without a package index"): the wheels requirements-gpu.lock
 # needs beyond the target image (Python 3.12, torch 2.11.0+cu130), cut into parts of <= 60 MiB with their SHA-256 in
-# gpu_kit/dist/ (ignored by git). Downloads are cached in gpu_kit/work/. GPU_KIT_ARGS passes options, e.g.
-# GPU_KIT_ARGS="--image-freeze FILE" (the image's own package list) or "--tiers core".
+# gpu_kit/dist/ (ignored by git). Downloads are cached in gpu_kit/work/. The image's package versions come from
+# gpu_kit/image-freeze.txt when committed (stage a_machine writes it), else gpu_kit/image.txt. GPU_KIT_ARGS passes
+# options, e.g. GPU_KIT_ARGS="--tiers core".
 gpu-kit: install
 	$(PY) -m gpu_kit.prepare --pip $(PIP_VERSION) $(GPU_KIT_ARGS)
 

