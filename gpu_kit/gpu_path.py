@@ -55,7 +55,7 @@ def gpu_test_files() -> list[str]:
 
 def build_stages() -> list[Stage]:
     machine = ["{image}", "-m", "gpu_kit.machine", "--out", "{out}/a_machine"]
-    install = ["{image}", "-m", "gpu_kit.install", "install", "--report", "{out}/install.json", "--tiers"]
+    install = ["{image}", "-m", "gpu_kit.install", "install", "--tiers"]
     smollm2 = [*QUICKSTART_GPU, "trainer.val_before_train=false", "trainer.test_freq=-1"]
     tests = gpu_test_files()
     pytest = ["{kit}", "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider"]
@@ -63,11 +63,13 @@ def build_stages() -> list[Stage]:
         Stage("a_machine", "the machine and the image: nvidia-smi, torch.cuda, versions, the image's freeze",
               machine, estimate_s=30, check=machine, collect=results.json_file("a_machine/machine.json")),
         Stage("install_core", "reassemble the core tier's parts, check the sums, install into .venv-kit",
-              [*install, "core"], estimate_s=240, exit_codes={WAITING: "waiting"},
-              check=["{image}", "-m", "gpu_kit.install", "status"]),
+              [*install, "core", "--report", "{out}/install_core/report.json"], estimate_s=240,
+              exit_codes={WAITING: "waiting"}, check=["{image}", "-m", "gpu_kit.install", "status"],
+              collect=results.json_file("install_core/report.json")),
         Stage("install_kernels", "the optional kernel tier (flashinfer, cutlass-dsl, tilelang, ...) when its parts "
-              "are here", [*install, "kernels"], estimate_s=240, needs=("install_core",),
-              exit_codes={WAITING: "waiting", ABSENT: "absent"}),
+              "are here", [*install, "kernels", "--report", "{out}/install_kernels/report.json"], estimate_s=240,
+              needs=("install_core",), exit_codes={WAITING: "waiting", ABSENT: "absent"},
+              collect=results.json_file("install_kernels/report.json")),
         Stage("a_kit_env", "the kit's venv: versions and import times of torch, verl, ray, vllm, flash-attn",
               ["{kit}", "-m", "gpu_kit.machine", "--kit", "--out", "{out}/a_kit_env"], estimate_s=90,
               needs=("install_core",), check=["{kit}", "-m", "gpu_kit.machine", "--help"],

@@ -9,7 +9,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-SMALL_FILES = ("machine.json", "junit.xml", "vllm_alone.json", "nvidia-smi.txt", "image-freeze.txt")
+SMALL_FILES = ("machine.json", "report.json", "junit.xml", "vllm_alone.json", "nvidia-smi.txt", "image-freeze.txt")
 
 
 def headline(record: dict) -> str:
@@ -56,12 +56,12 @@ def write_summary(runner) -> Path:
 
 def export(out: Path, dest: Path, keep: int) -> list[Path]:
     """Copies summary.md, results.json (every stage record), image-freeze.txt and logs.tar.gz (each stage's log
-    end and small result files) into `dest`."""
+    end and small result files) into `dest`: at most 4 files."""
     dest.mkdir(parents=True, exist_ok=True)
     records = {p.stem: json.loads(p.read_text()) for p in sorted((out / "stages").glob("*.json"))}
     (dest / "results.json").write_text(json.dumps(records, indent=1) + "\n")
     written = [dest / "results.json"]
-    for name in ("summary.md", "install.json", "a_machine/image-freeze.txt"):
+    for name in ("summary.md", "a_machine/image-freeze.txt"):
         if (out / name).is_file():
             written.append(Path(shutil.copy(out / name, dest / Path(name).name)))
     with tarfile.open(dest / "logs.tar.gz", "w:gz") as tar:
