@@ -129,7 +129,8 @@ class TierState:
         total = len(self.manifest["parts"])
         line = f"{self.tier}: {len(self.ok)} of {total} parts here, sums checked"
         if self.missing:
-            line += f"; missing {', '.join(self.missing)}"
+            shown = self.missing if len(self.missing) <= 4 else [*self.missing[:3], "...", self.missing[-1]]
+            line += f"; missing {len(self.missing)}: {', '.join(shown)}"
         if self.bad:
             line += f"; BAD {'; '.join(self.bad)}"
         return line

@@ -36,7 +36,8 @@ STEP_MARK = r"\bstep:\d+ - "
 def train_stage(stage_id: str, title: str, run: str, overrides: list[str], steps: int, sequences: int,
                 estimate_s: int, needs: tuple[str, ...] = ("install_core",)) -> Stage:
     """`python training/train_grpo.py --config-name quickstart ...` on CUDA into OUT/runs/<run>, a checkpoint at
-    the last step."""
+    the last step. A first run (needing no other training stage) starts in an empty folder, also when a cut-off
+    attempt left a checkpoint there; a resume continues from what its first run saved."""
     run_dir = "{out}/runs/" + run
     overrides = [*overrides, "trainer.device=cuda", f"trainer.total_training_steps={steps}",
                  f"trainer.save_freq={steps}", f"trainer.default_local_dir={run_dir}/ckpt",
@@ -44,7 +45,8 @@ def train_stage(stage_id: str, title: str, run: str, overrides: list[str], steps
                  "env.console=verbose"]
     return Stage(stage_id, title, ["{kit}", "training/train_grpo.py", "--config-name", "quickstart", *overrides],
                  estimate_s=estimate_s, needs=needs, compose=("quickstart", overrides), marks=STEP_MARK,
-                 cleanup=RAY_STOP, collect=results.train_run(f"runs/{run}", sequences))
+                 cleanup=RAY_STOP, collect=results.train_run(f"runs/{run}", sequences),
+                 fresh=run_dir if needs == ("install_core",) else None)
 
 
 def gpu_test_files() -> list[str]:
@@ -94,7 +96,8 @@ def build_stages() -> list[Stage]:
               check=["{kit}", "evaluation/evaluate_model.py", "--help"], collect=results.evaluation("eval/smollm2")),
         Stage("d_vllm_alone", "vLLM alone on b3's prompts (its steps 2-4), same sampling: tokens/s to compare",
               ["{kit}", "-m", "gpu_kit.vllm_alone", "--run", "{out}/runs/smollm2", "--out", "{out}/d_vllm_alone",
-               "--batches", "4", "--train-record", "{out}/stages/b3_smollm2_train.json"], estimate_s=240, needs=("b3_smollm2_train",),
+               "--batches", "4", "--train-record", "{out}/stages/b3_smollm2_train.json"], estimate_s=240,
+              needs=("b3_smollm2_train",),
               check=["{kit}", "-m", "gpu_kit.vllm_alone", "--help"],
               collect=results.json_file("d_vllm_alone/vllm_alone.json")),
         Stage("e_gpu_tests", f"pytest -m gpu ({', '.join(tests)})",

@@ -154,7 +154,9 @@ def main(argv=None) -> int:
         if state.bad:
             raise SystemExit(f"[gpu-kit] {tier}: damaged parts ({'; '.join(state.bad)}): carry them again")
         if not state.complete:
-            print(f"[gpu-kit] {tier}: waiting for {', '.join(state.missing)}")
+            more = f" and {len(state.missing) - 1} more" if len(state.missing) > 1 else ""
+            print(f"[gpu-kit] {tier}: waiting for {state.missing[0]}{more} ({len(state.ok)} of "
+                  f"{len(state.manifest['parts'])} parts here)")
             code = WAITING
             break
         if installed(args.venv, state):

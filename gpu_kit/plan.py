@@ -56,5 +56,5 @@ def plan_lines(manifests: list[dict], rows: list[tuple[str, str, str, int]], tre
         for part in manifest["parts"]:
             call += 1
             lines.append(f"  call {call:2d}: carry [{dist}/{part['folder']}]")
-    lines.append(f"  then calls that carry nothing continue the stages until every one is done")
+    lines.append("  then calls that carry nothing continue the stages until every one is done")
     return lines

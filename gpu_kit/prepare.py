@@ -175,6 +175,27 @@ def check(files: dict[str, Path], choices: list[selection.Choice], image: select
     return [message for name, message in found if name not in skipped]
 
 
+def pack_tiers(args, choices: list[selection.Choice], files: dict[str, Path], tiers: list[str]):
+    """Packs each tier's files into parts under --dist (gpu_kit/chunks.py) with the manifest the target reads, and
+    writes dist/summary.json. Returns (manifests, rows: tier, name, reason, bytes of each carried file)."""
+    meta = {"python": args.python_version, "lock_sha256": chunks.sha256_file(args.lock), "image": str(
+        args.image_freeze or args.image), "unchecked": sorted(UNCHECKED),
+        "tiers": {tier: sorted(c.pin.name for c in choices if c.tier == tier) for tier in selection.TIERS}}
+    manifests = []
+    for tier in tiers:
+        chosen = [c for c in choices if c.tier == tier]
+        paths = [files[c.pin.name] for c in chosen]
+        if chosen:
+            manifests.append(chunks.pack(paths, tier, args.dist, int(args.part_mib * 2**20), {
+                **meta, "requirements": [f"{c.pin.name}=={c.pin.version}" for c in chosen],
+                "sdists": sorted(p.name for p in paths if not p.name.endswith(".whl"))}))
+    rows = [(c.tier, c.pin.name, c.reason, files[c.pin.name].stat().st_size) for c in choices if c.tier in tiers]
+    (args.dist / "summary.json").write_text(json.dumps({"manifests": [
+        {k: m[k] for k in ("tier", "tar_bytes", "tar_sha256", "parts", "requirements", "sdists")} for m in manifests],
+        "carried": rows, "not_carried": [(c.pin.name, c.reason) for c in choices if c.tier is None]}, indent=1) + "\n")
+    return manifests, rows
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.time()
@@ -197,21 +218,7 @@ def main(argv=None) -> int:
         if found:
             print("\n".join(["[gpu-kit] requirements the target would not meet:", *found]), file=sys.stderr)
             return 1
-    meta = {"python": args.python_version, "lock_sha256": chunks.sha256_file(args.lock), "unchecked": sorted(UNCHECKED),
-            "image": str(args.image_freeze or args.image),
-            "tiers": {tier: sorted(c.pin.name for c in choices if c.tier == tier) for tier in selection.TIERS}}
-    part_bytes = int(args.part_mib * 2**20)
-    manifests = []
-    for tier in tiers:
-        chosen = [c for c in carried if c.tier == tier]
-        if chosen:
-            manifests.append(chunks.pack([files[c.pin.name] for c in chosen], tier, args.dist, part_bytes, {
-                **meta, "requirements": [f"{c.pin.name}=={c.pin.version}" for c in chosen],
-                "sdists": sorted(files[c.pin.name].name for c in chosen if not files[c.pin.name].name.endswith(".whl"))}))
-    rows = [(c.tier, c.pin.name, c.reason, files[c.pin.name].stat().st_size) for c in carried]
-    (args.dist / "summary.json").write_text(json.dumps({"manifests": [
-        {k: m[k] for k in ("tier", "tar_bytes", "tar_sha256", "parts", "requirements", "sdists")} for m in manifests],
-        "carried": rows, "not_carried": [(c.pin.name, c.reason) for c in choices if c.tier is None]}, indent=1) + "\n")
+    manifests, rows = pack_tiers(args, choices, files, tiers)
     dist = args.dist.relative_to(REPO) if args.dist.is_relative_to(REPO) else args.dist
     print("\n".join(plan_lines(manifests, rows, travelling_bytes(REPO), dist)))
     behind = defaultdict(int)

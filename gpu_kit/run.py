@@ -6,10 +6,10 @@
 Stages run in order (gpu_kit/gpu_path.py). Each is a command whose output goes to OUT/<stage>/log.txt and whose
 record (status, seconds, what its output says) is written to OUT/stages/<stage>.json the moment it ends, so a
 command cut off loses nothing; a re-run skips the stages that are done or failed (--retry-failed, --redo ID to run
-them again). The runner starts no stage but a command's first with less time left before --until than the stage's
-estimate, and stops one still running at --until (status interrupted: the next run starts it again). A stage whose needs are not
-done is blocked. At the end OUT/summary.md and the records are copied to --export (at most 8 files come back from
-the device). Stdlib only: the image's Python runs it; the stages choose their interpreter.
+them again). The runner starts no stage but a command's first with less time left before --until than the
+stage's estimate, and stops one still running at --until (status interrupted: the next run starts it again). A stage
+whose needs are not done is blocked. At the end OUT/summary.md and the records are copied to --export (at most 8
+files come back from the device). Stdlib only: the image's Python runs it; the stages choose their interpreter.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ class Stage:
     exit_codes: dict[int, str] = field(default_factory=dict)  # exit code -> status other than failed
     marks: str | None = None  # regex: seconds after launch of the first line matching, by its match
     cleanup: list[str] | None = None  # run after an interrupted or failed stage (e.g. stop Ray)
+    fresh: str | None = None  # a folder removed before the command runs (a cut-off first run starts over)
 
 
 class Runner:
@@ -106,6 +106,8 @@ class Runner:
         folder = self.out / stage.id
         folder.mkdir(parents=True, exist_ok=True)
         log, command = folder / "log.txt", self.fill(stage.command)
+        if stage.fresh:
+            shutil.rmtree(self.fill([stage.fresh])[0], ignore_errors=True)
         print(f"[{stage.id}] {stage.title}: {' '.join(command)}", flush=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    WANDB_MODE="disabled")
@@ -131,8 +133,9 @@ class Runner:
                 results = {"collect_error": f"{type(err).__name__}: {err}"}
         if stage.cleanup and status in ("failed", "interrupted"):
             subprocess.run(self.fill(stage.cleanup), cwd=REPO, capture_output=True, timeout=120)
+        why = tail[-1] if status not in ("done", "failed") and tail else None  # e.g. the parts still missing
         record = self.save(stage, status=status, exit_code=code, seconds=round(seconds, 1), command=command,
-                           log=str(log.relative_to(self.out)), marks=marks, results=results,
+                           log=str(log.relative_to(self.out)), marks=marks, results=results, why=why,
                            ended=time.strftime("%Y-%m-%d %H:%M:%S"))
         print(f"[{stage.id}] {status} in {seconds:.0f} s")
         if status not in ("done", "waiting"):
@@ -180,7 +183,8 @@ class Runner:
                 done = subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=600,
                                       env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
                 if done.returncode != 0:
-                    problems.append(f"{' '.join(check)} exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
+                    output = (done.stdout + done.stderr)[-1500:]
+                    problems.append(f"{' '.join(check)} exited {done.returncode}: {output}")
             status = "dry-failed" if problems else "dry-ok"
             failed += bool(problems)
             results = {}

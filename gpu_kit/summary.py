@@ -34,9 +34,18 @@ def headline(record: dict) -> str:
         return ", ".join(f"{results[k]} {k}" for k in ("tests", "failures", "errors", "skipped"))
     if "tokens_per_s" in results:
         return f"{results['tokens_per_s']} tok/s over batches {results.get('timed_batches')}"
+    for tier in ("core", "kernels"):
+        if tier in results:  # an install stage's report
+            done = results[tier]
+            return (f"{done['packages']} packages in {done['seconds']} s; torch {done['torch']['version']} is the "
+                    f"image's; pip check: {len(done['pip_check'])} problems, {len(done['pip_check_other_tiers'])} "
+                    "on tiers not installed")
+    if "imports" in results:
+        return ", ".join(f"{module} {took[:60]}" for module, took in results["imports"].items())
     if "torch" in results:
-        torch = results["torch"]
-        return f"torch {torch.get('version')} cuda {torch.get('cuda_available')} {torch.get('name', '')}".strip()
+        torch, machine = results["torch"], results.get("machine", {})
+        gpu = machine.get("nvidia_smi", "").splitlines()[0] if machine.get("nvidia_smi") else ""
+        return f"torch {torch.get('version')} cuda {torch.get('cuda_available')}; {gpu}".strip("; ")
     return ", ".join(f"{k} {v}" for k, v in list(results.items())[:3] if not isinstance(v, (dict, list)))
 
 

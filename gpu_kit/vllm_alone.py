@@ -6,8 +6,8 @@ against the run's in-loop generation (its `timing_s/gen` and response lengths).
 The run's composed config (`<run>/hydra/.hydra/config.yaml`) gives the model, the mix, seed and system prompt, the
 batch size and the rollout's settings (n, temperature, top_p, top_k, lengths, dtype, memory share, eager mode, batching
 limits). The prompts are the run's first `--batches` training batches, written by the project's own command
-(`python -m envs.to_parquet`) and templated with the model's tokenizer; the first batch warms the engine up and is not
-counted. Writes DIR/vllm_alone.json.
+(`python -m envs.to_parquet`) and templated with the model's tokenizer (checked against the run's rollout dump); the
+first batch warms the engine up and is not counted. Writes DIR/vllm_alone.json.
 """
 
 from __future__ import annotations
@@ -53,6 +53,19 @@ def prompts(cfg, count: int, out: Path, tokenizer) -> list[list[int]]:
             for messages in rows]
 
 
+def same_as_training(run: Path, batches: list[list[list[int]]], tokenizer) -> bool | None:
+    """Whether each batch's prompts, decoded as verl's rollout dump decodes them, are the ones the run trained on
+    at that step (`<run>/rollouts/<step>.jsonl`); None when the run dumped none."""
+    found = None
+    for step, batch in enumerate(batches, start=1):
+        dump = run / "rollouts" / f"{step}.jsonl"
+        if dump.is_file():
+            trained = {json.loads(line)["input"] for line in dump.read_text().splitlines() if line.strip()}
+            ours = {tokenizer.decode(ids, skip_special_tokens=True) for ids in batch}
+            found = (found is not False) and trained == ours
+    return found
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from omegaconf import OmegaConf
@@ -66,6 +79,7 @@ def main(argv=None) -> int:
     path = model_path(str(cfg.actor_rollout_ref.model.path))
     tokenizer = AutoTokenizer.from_pretrained(path)
     ids = prompts(cfg, batch * args.batches, args.out, tokenizer)
+    batched = [ids[index * batch:(index + 1) * batch] for index in range(args.batches)]
     started = time.time()
     engine = LLM(model=path, dtype=str(rollout.dtype), gpu_memory_utilization=float(rollout.gpu_memory_utilization),
                  enforce_eager=bool(rollout.enforce_eager), max_model_len=int(rollout.prompt_length)
@@ -76,8 +90,8 @@ def main(argv=None) -> int:
     sampling = SamplingParams(n=int(rollout.n), temperature=float(rollout.temperature), top_p=float(rollout.top_p),
                               top_k=int(rollout.top_k), max_tokens=int(rollout.response_length), logprobs=0)
     batches = []
-    for index in range(args.batches):
-        chunk = [TokensPrompt(prompt_token_ids=p) for p in ids[index * batch:(index + 1) * batch]]
+    for index, prompt_ids in enumerate(batched):
+        chunk = [TokensPrompt(prompt_token_ids=p) for p in prompt_ids]
         started = time.time()
         outputs = engine.generate(chunk, sampling, use_tqdm=False)
         seconds = time.time() - started
@@ -85,7 +99,8 @@ def main(argv=None) -> int:
         batches.append({"batch": index + 1, "seconds": round(seconds, 3), "tokens": tokens,
                         "tokens_per_s": round(tokens / seconds, 1)})
     timed = batches[1:] or batches
-    result = {"model": path, "engine_startup_s": round(startup, 1), "prompts_per_batch": batch, "n": int(rollout.n),
+    result = {"model": path, "same_prompts_as_training": same_as_training(args.run, batched, tokenizer),
+              "engine_startup_s": round(startup, 1), "prompts_per_batch": batch, "n": int(rollout.n),
               "max_tokens": int(rollout.response_length), "batches": batches,
               "timed_batches": [b["batch"] for b in timed],
               "tokens_per_s": round(sum(b["tokens"] for b in timed) / sum(b["seconds"] for b in timed), 1)}

@@ -101,7 +101,7 @@ def test_parts_round_trip_and_a_missing_or_damaged_part_is_named(tmp_path):
     kept = part.read_bytes()
     part.unlink()
     state = chunks.scan(dist, "core")
-    assert not state.complete and state.missing == ["core-03"] and "missing core-03" in state.describe()
+    assert not state.complete and state.missing == ["core-03"] and "missing 1: core-03" in state.describe()
     with pytest.raises(ValueError, match="cannot unpack"):
         chunks.extract(dist, state, tmp_path / "out")
     part.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))
@@ -152,7 +152,8 @@ def test_rehearsal_prepare_from_the_registry_then_install_over_this_environment(
     dist.mkdir(parents=True)
     (made / "core-01").rename(dist / "core-01")  # the first call brings one part
     waiting = kit_install("install", *target)
-    assert waiting.returncode == 2 and "waiting for core-02" in waiting.stdout and not venv.exists()
+    assert waiting.returncode == 2 and not venv.exists()
+    assert f"waiting for core-02 and {len(manifest['parts']) - 2} more (1 of {len(manifest['parts'])}" in waiting.stdout
     for folder in sorted(made.glob("core-*")):
         folder.rename(dist / folder.name)
     part = next(dist.glob("core-02/core.tar.part02"))
@@ -197,7 +198,9 @@ def python_stage(stage_id: str, code: str, **kwargs) -> Stage:
 
 
 def test_stages_are_recorded_as_they_end_and_a_rerun_skips_what_finished(tmp_path):
-    stages = [python_stage("ok", "print('(x) step:1 - a:1')", marks=gpu_path.STEP_MARK),
+    left_over = tmp_path / "runs" / "ok"
+    (left_over / "ckpt").mkdir(parents=True)
+    stages = [python_stage("ok", "print('(x) step:1 - a:1')", marks=gpu_path.STEP_MARK, fresh=str(left_over)),
               python_stage("broken", "raise SystemExit(1)"),
               python_stage("after_broken", "print('never')", needs=("broken",)),
               python_stage("parts", "raise SystemExit(2)", exit_codes={2: "waiting"}),
@@ -209,6 +212,7 @@ def test_stages_are_recorded_as_they_end_and_a_rerun_skips_what_finished(tmp_pat
     assert status == {"ok": "done", "broken": "failed", "after_broken": "blocked", "parts": "waiting",
                       "later": None}
     assert "step:1" in runner.record("ok")["marks"] and (out / "ok" / "log.txt").read_text().startswith("(x)")
+    assert not left_over.exists()  # a first run starts in an empty folder
     ok_ended = runner.record("ok")["ended"]
     assert runner.run() == 0  # ok and broken finished: skipped; parts waits again
     assert runner.record("ok")["ended"] == ok_ended and runner.record("parts")["status"] == "waiting"
@@ -240,6 +244,8 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
     listed = subprocess.run([sys.executable, "-m", "gpu_kit.run", "--list"], cwd=REPO, capture_output=True,
                             text=True, timeout=60).stdout
     ids = [line.split()[0] for line in listed.splitlines()]
+    fresh = {stage.id: stage.fresh for stage in gpu_path.build_stages() if stage.fresh}
+    assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2"}  # not resumes
     assert ids == ["a_machine", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
                    "e_gpu_tests"]
