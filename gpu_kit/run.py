@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -163,28 +164,24 @@ class Runner:
                 continue
 
     def dry_run(self) -> int:
-        """Checks every stage without a GPU: all hydra compositions in one process (verl's import is slow), then
-        each stage's check command. Records dry-ok or dry-failed (never finished: a real run does them all)."""
+        """Checks every stage without a GPU: all hydra compositions in one process (verl's import is slow) beside
+        the stages' check commands, three at a time. Records dry-ok or dry-failed (never finished: a real run does
+        them all)."""
         specs = {s.id: [s.compose[0], self.fill(s.compose[1])] for s in self.stages if s.compose}
-        composed: dict = {}
-        if specs:
-            spec_file = self.out / "compose.json"
-            spec_file.write_text(json.dumps(specs))
-            done = subprocess.run(self.fill(["{kit}", "-m", "gpu_kit.compose_check", str(spec_file)]), cwd=REPO,
-                                  capture_output=True, text=True, timeout=900)
-            composed = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {
-                stage_id: done.stderr[-1500:] for stage_id in specs}
+        (self.out / "compose.json").write_text(json.dumps(specs))
+        compose = ["{kit}", "-m", "gpu_kit.compose_check", str(self.out / "compose.json")]
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            composing = pool.submit(self._check, compose) if specs else None
+            checks = {s.id: pool.submit(self._check, s.check) for s in self.stages if s.check}
+            code, output, errors = composing.result() if composing else (0, "{}", "")
+        composed = json.loads(output.strip().splitlines()[-1]) if code == 0 else {n: errors[-1500:] for n in specs}
         failed = 0
         for stage in self.stages:
             problems = [f"compose: {composed.get(stage.id)}"] if stage.compose and composed.get(stage.id) != "ok" \
                 else []
-            if stage.check:
-                check = self.fill(stage.check)
-                done = subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=600,
-                                      env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
-                if done.returncode != 0:
-                    output = (done.stdout + done.stderr)[-1500:]
-                    problems.append(f"{' '.join(check)} exited {done.returncode}: {output}")
+            if stage.id in checks and checks[stage.id].result()[0] != 0:
+                code, output, errors = checks[stage.id].result()
+                problems.append(f"{' '.join(self.fill(stage.check))} exited {code}: {(output + errors)[-1500:]}")
             status = "dry-failed" if problems else "dry-ok"
             failed += bool(problems)
             results = {}
@@ -196,6 +193,11 @@ class Runner:
             for problem in problems:
                 print(f"    {problem}")
         return 1 if failed else 0
+
+    def _check(self, command: list[str]) -> tuple[int, str, str]:
+        done = subprocess.run(self.fill(command), cwd=REPO, capture_output=True, text=True, timeout=900,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+        return done.returncode, done.stdout, done.stderr
 
 
 def parse_args(argv=None) -> argparse.Namespace:
