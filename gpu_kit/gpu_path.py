@@ -29,6 +29,8 @@ TINY = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4"
         "trainer.val_before_train=false", "trainer.logger=[console]"]
 # configs/quickstart.yaml's GPU sizes, said explicitly: 16 prompts x 8 samples, 256-token responses
 QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "data.max_response_length=256"]
+# after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (README, "Faults").
+# It stops every Ray process of the machine: the kit's machine runs nothing else.
 RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]
 STEP_MARK = r"\bstep:\d+ - "
 
