@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_kit import results
-from gpu_kit.install import ABSENT, WAITING
+from gpu_kit.install import ABSENT, DAMAGED, WAITING
 from gpu_kit.run import Stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,11 +68,11 @@ def build_stages() -> list[Stage]:
               machine, estimate_s=30, check=machine, collect=results.json_file("a_machine/machine.json")),
         Stage("install_core", "reassemble the core tier's parts, check the sums, install into .venv-kit",
               [*install, "core", "--report", "{out}/install_core/report.json"], estimate_s=240,
-              exit_codes={WAITING: "waiting"}, check=["{image}", "-m", "gpu_kit.install", "status"],
+              exit_codes={WAITING: "waiting", DAMAGED: "damaged"}, check=["{image}", "-m", "gpu_kit.install", "status"],
               collect=results.json_file("install_core/report.json")),
         Stage("install_kernels", "the optional kernel tier (flashinfer, cutlass-dsl, tilelang, ...) when its parts "
               "are here", [*install, "kernels", "--report", "{out}/install_kernels/report.json"], estimate_s=240,
-              needs=("install_core",), exit_codes={WAITING: "waiting", ABSENT: "absent"},
+              needs=("install_core",), exit_codes={WAITING: "waiting", ABSENT: "absent", DAMAGED: "damaged"},
               collect=results.json_file("install_kernels/report.json")),
         Stage("a_kit_env", "the kit's venv: versions and import times of torch, verl, ray, vllm, flash-attn",
               ["{kit}", "-m", "gpu_kit.machine", "--kit", "--out", "{out}/a_kit_env"], estimate_s=90,

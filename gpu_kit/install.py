@@ -1,7 +1,7 @@
 """On the target: checks the kit's parts, reassembles them and installs the wheels into a venv laid over the image.
 
     python3 -m gpu_kit.install status                  # which parts are here, their sums
-    python3 -m gpu_kit.install install --tiers core    # exit 0 installed, 2 parts missing, 3 no part of the tier here
+    python3 -m gpu_kit.install install --tiers core    # exit 0 installed, 2 parts missing, 3 none here, 4 damaged
 
 The venv (default .venv-kit) is made from the image's Python without pip and without its own system packages; a .pth
 file adds the image's site-packages after the venv's own, so the kit's packages shadow the image's and everything
@@ -27,7 +27,7 @@ from gpu_kit import chunks
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = {"torch", "torchvision", "torchaudio", "triton", "cuda-toolkit"}  # the image's; the kit never installs them
-WAITING, ABSENT = 2, 3
+WAITING, ABSENT, DAMAGED = 2, 3, 4  # exit codes: parts missing, no part of the tier here, a part damaged
 # which torch an interpreter would import, without importing it (seconds saved twice)
 TORCH_PROBE = ("import importlib.metadata as m, importlib.util as u, json; "
                "print(json.dumps({'version': m.version('torch'), 'file': u.find_spec('torch').origin}))")
@@ -51,8 +51,13 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def run(command: list, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+def run(command: list, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command, capturing its output; with `check`, a failure raises with the command and its output's end."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, command))} exited {done.returncode}:\n"
+                           f"{done.stdout[-1500:]}{done.stderr[-3000:]}")
+    return done
 
 
 def probe(python, code: str) -> dict:
@@ -152,7 +157,9 @@ def main(argv=None) -> int:
             code = ABSENT
             break
         if state.bad:
-            raise SystemExit(f"[gpu-kit] {tier}: damaged parts ({'; '.join(state.bad)}): carry them again")
+            print(f"[gpu-kit] {tier}: damaged parts ({'; '.join(state.bad)}): carry them again")
+            code = DAMAGED
+            break
         if not state.complete:
             more = f" and {len(state.missing) - 1} more" if len(state.missing) > 1 else ""
             print(f"[gpu-kit] {tier}: waiting for {state.missing[0]}{more} ({len(state.ok)} of "

@@ -31,7 +31,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("done", "failed")
-STOPS = ("waiting", "deferred", "interrupted")  # the run ends here; the next one continues
+STOPS = ("waiting", "damaged", "deferred", "interrupted")  # the run ends here; the next one continues
 LOG_KEEP = 2 << 20  # bytes of each log's end that travel back in logs.tar.gz
 
 
@@ -116,7 +116,9 @@ class Runner:
         with open(log, "w") as sink:
             process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, errors="replace", env=env, start_new_session=True)
-            reader = threading.Thread(target=self._pump, args=(process, sink, stage.marks, marks, started))
+            # a daemon thread: a process that outlives the stage (Ray's agents) may hold the pipe open
+            reader = threading.Thread(target=self._pump, args=(process, sink, stage.marks, marks, started),
+                                      daemon=True)
             reader.start()
             try:
                 code = process.wait(timeout=timeout)
@@ -124,22 +126,22 @@ class Runner:
             except subprocess.TimeoutExpired:
                 code, status = None, "interrupted"
                 self._stop(process)
-            reader.join(timeout=30)
-        seconds = time.time() - started
+            seconds = time.time() - started
+            if stage.cleanup and status in ("failed", "interrupted"):
+                subprocess.run(self.fill(stage.cleanup), cwd=REPO, capture_output=True, timeout=120)
+            reader.join(timeout=10)
         results, tail = {}, log.read_text(errors="replace").splitlines()[-25:]
         if stage.collect and status in FINISHED:
             try:
                 results = stage.collect(folder, log, marks)
             except Exception as err:  # noqa: BLE001 - a collector's fault is recorded with the stage
                 results = {"collect_error": f"{type(err).__name__}: {err}"}
-        if stage.cleanup and status in ("failed", "interrupted"):
-            subprocess.run(self.fill(stage.cleanup), cwd=REPO, capture_output=True, timeout=120)
         why = tail[-1] if status not in ("done", "failed") and tail else None  # e.g. the parts still missing
         record = self.save(stage, status=status, exit_code=code, seconds=round(seconds, 1), command=command,
                            log=str(log.relative_to(self.out)), marks=marks, results=results, why=why,
                            ended=time.strftime("%Y-%m-%d %H:%M:%S"))
         print(f"[{stage.id}] {status} in {seconds:.0f} s")
-        if status not in ("done", "waiting"):
+        if status not in ("done", "waiting", "damaged"):
             print("\n".join(f"    {line}" for line in tail))
         return record
 
