@@ -27,7 +27,8 @@ NOT_YET = {"gpu_kit/image-freeze.txt": "written by the kit's first GPU lease (st
 def ignored_by_git(token: str) -> bool:
     """Outputs (gpu_kit/dist/, checkpoints under an ignored folder): named by the docs, made by the commands."""
     paths = [token, token.rstrip("/") + "/"]  # a folder pattern (/gpu_kit/results/) matches only with the slash
-    return subprocess.run(["git", "check-ignore", "-q", "--no-index", *paths], cwd=REPO).returncode == 0
+    return any(subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO).returncode == 0
+               for path in paths)
 
 
 def code_spans(text: str) -> list[str]:
