@@ -100,7 +100,7 @@ install-flash-attn: install-gpu
 	$(GPU_PY) -m training.launch.devices nvcc
 	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
 
-# The offline GPU kit (gpu_kit/, README "A GPU machine without a package index"): the wheels requirements-gpu.lock
+# The offline GPU kit (gpu_kit/, docs/gpu-kit.md): the wheels requirements-gpu.lock
 # needs beyond the target image (Python 3.12, torch 2.11.0+cu130), cut into parts of <= 60 MiB with their SHA-256 in
 # gpu_kit/dist/ (ignored by git). Downloads are cached in gpu_kit/work/. The image's package versions come from
 # gpu_kit/image-freeze.txt when committed (stage a_machine writes it), else gpu_kit/image.txt. GPU_KIT_ARGS passes
