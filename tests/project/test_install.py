@@ -2,10 +2,12 @@
 
 - The Makefile refuses an interpreter verl cannot run on before anything is downloaded, and picks a suitable one.
 - Its install takes torch alone from PyPI's CPU index and everything else from the lock.
-- The locks resolve with pip's default settings (`pip --isolated`: no machine config) from PyPI alone, for the
-  Python versions the README names. These need the registry and are skipped, saying so, where pypi.org is out of reach.
+- The locks resolve from PyPI alone, as pip with its default settings (`pip --isolated`: no machine config) sees
+  it, for the Python versions the README names: every pin has a file for the target (tests/project/pypi_index.py),
+  and real pip picks the same files where they are small enough to download in a test. These need the registry and are skipped, saying so, where pypi.org is out of reach.
 """
 
+import json
 import os
 import re
 import shutil
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.project import pypi_index
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -76,46 +80,71 @@ def pypi_reachable() -> bool:
         return False
 
 
-def resolve_isolated(lock: Path, tmp_path: Path, *target: str) -> list[dict]:
-    """Resolves every pin of `lock` but the CPU torch build with stock pip (no config, PyPI only); returns pip's
-    report of what it would install."""
-    import json
-
-    pins = [line for line in lock.read_text().splitlines() if re.match(r"^[A-Za-z0-9]", line)]
-    reqs = tmp_path / "reqs.txt"
-    reqs.write_text("\n".join(p for p in pins if not p.startswith("torch==2.13.0+cpu")) + "\n")
-    report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--no-deps",
-                           "--ignore-installed", "-q", *target, "-r", str(reqs), "--report", str(report)],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    installs = json.loads(report.read_text())["install"]
-    assert len(installs) == len(reqs.read_text().split()), "pip resolved another number of packages than pinned"
-    hosts = {re.sub(r"^https?://([^/]+)/.*", r"\1", i["download_info"]["url"]) for i in installs}
-    assert hosts == {"files.pythonhosted.org"}, hosts  # PyPI's file host, nothing from this machine
-    return installs
-
-
 def linux(python: str) -> list[str]:
     """pip's target options for Linux x86_64 with glibc <= 2.31 (the README's floor) and `python`."""
     return ["--python-version", python, "--platform", "linux_x86_64", "--platform", "manylinux2014_x86_64",
             *[arg for n in range(17, 32) for arg in ("--platform", f"manylinux_2_{n}_x86_64")]]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not pypi_reachable(), reason="pypi.org cannot be reached from here")
-@pytest.mark.parametrize("target", [[], linux("3.12")], ids=["python3.11", "python3.12"])
-def test_the_cpu_lock_resolves_from_pypi_alone(tmp_path, target):
-    installs = resolve_isolated(ROOT / "requirements.lock", tmp_path, *target)
-    assert not any(i["metadata"]["name"].lower() == "torch" for i in installs)
+def resolve_on_pypi(lock: Path, python: str) -> list[dict]:
+    """The PyPI file for every pin of `lock` but the CPU torch build (PyTorch's own index), for Linux x86_64 and
+    `python`; fails naming the pins PyPI has no suitable file for."""
+    chosen, missing = pypi_index.resolve(pypi_index.pins(lock.read_text(), skip=("torch==2.13.0+cpu",)), python)
+    assert not missing, f"{lock.name}: PyPI has no file for Python {python} on Linux x86_64 of {missing}"
+    hosts = {re.sub(r"^https?://([^/]+)/.*", r"\1", file["url"]) for file in chosen}
+    assert hosts == {"files.pythonhosted.org"}, hosts  # PyPI's file host, nothing from this machine
+    return chosen
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not pypi_reachable(), reason="pypi.org cannot be reached from here")
+needs_pypi = pytest.mark.skipif(not pypi_reachable(), reason="pypi.org cannot be reached from here")
+
+
+@needs_pypi
 @pytest.mark.parametrize("python", ["3.11", "3.12"])
-def test_the_gpu_lock_resolves_from_pypi_alone_and_is_cuda_13(tmp_path, python):
-    installs = resolve_isolated(ROOT / "requirements-gpu.lock", tmp_path, *linux(python))
-    torch = next(i for i in installs if i["metadata"]["name"].lower() == "torch")
-    needs = " ".join(torch["metadata"].get("requires_dist", []))
+def test_the_cpu_lock_resolves_from_pypi_alone(python):
+    chosen = resolve_on_pypi(ROOT / "requirements.lock", python)
+    assert not any(file["name"].lower() == "torch" for file in chosen)
+
+
+@needs_pypi
+@pytest.mark.parametrize("python", ["3.11", "3.12"])
+def test_the_gpu_lock_resolves_from_pypi_alone_and_is_cuda_13(python):
+    chosen = resolve_on_pypi(ROOT / "requirements-gpu.lock", python)
+    torch = next(file for file in chosen if file["name"].lower() == "torch")
+    needs = " ".join(pypi_index.requires_dist(torch))
     # the fact behind the README's driver requirement (>= 580): PyPI's torch 2.11.0 is a CUDA 13.0 build
     assert "cuda-toolkit" in needs and "13.0" in needs and "cu13" in needs, needs
+
+
+@needs_pypi
+def test_stock_pip_takes_the_files_the_index_check_names(tmp_path):
+    """Real `pip --isolated install --dry-run --no-deps` on 40 of the GPU lock's pins whose wheel is under 1 MB (pip
+    downloads what it picks), the platform-specific ones first: it picks the very files resolve_on_pypi names."""
+    small = [f for f in resolve_on_pypi(ROOT / "requirements-gpu.lock", "3.12")
+             if f["filename"].endswith(".whl") and f.get("size", 2**20) < 2**20]
+    small = sorted(small, key=lambda f: (f["filename"].endswith("-any.whl"), f["name"]))[:40]
+    assert sum(not f["filename"].endswith("-any.whl") for f in small) >= 10
+    reqs = tmp_path / "reqs.txt"
+    reqs.write_text("".join(f"{f['name']}=={f['version']}\n" for f in small))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--no-deps",
+                           "--ignore-installed", "-q", *linux("3.12"), "-r", str(reqs), "--report", str(report)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    picked = {i["download_info"]["url"].split("#")[0] for i in json.loads(report.read_text())["install"]}
+    assert picked == {f["url"].split("#")[0] for f in small}
+
+
+def test_the_index_check_takes_what_pip_would_and_names_what_it_would_not():
+    files = [{"filename": "x-1.0-cp313-cp313-manylinux_2_17_x86_64.whl", "url": "u/313"},
+             {"filename": "x-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", "url": "u/glibc234"},
+             {"filename": "x-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "url": "u/cp312", "requires-python": ">=3.13"},
+             {"filename": "x-1.0.tar.gz", "url": "u/sdist"},
+             {"filename": "x-1.1-py3-none-any.whl", "url": "u/other-version"}]
+    tags = pypi_index.linux_tags("3.12")
+    assert pypi_index.choose("x", "1.0", files, "3.12", tags)["url"] == "u/sdist"  # no wheel fits: pip builds
+    assert pypi_index.choose("x", "1.0", files[:3], "3.12", tags) is None
+    assert pypi_index.choose("x", "1.0", files, "3.13", pypi_index.linux_tags("3.13"))["url"] == "u/313"
+    assert pypi_index.choose("x", "1.0.0", files[4:], "3.12", tags) is None
+    assert pypi_index.pins("a==1.0\n    # via b\nc==2.0 ; python_version < '3.12'\ntorch==2.13.0+cpu\n",
+                           skip=("torch==",)) == [("a", "1.0"), ("c", "2.0")]
