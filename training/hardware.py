@@ -61,7 +61,12 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
                                                     {"attn_implementation": "sdpa"})
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
-        arr.rollout.name = "transformers"
+        rollout = str(cfg.env.get("cpu_rollout") or "transformers")
+        arr.rollout.name = rollout
+        if rollout == "vllm":  # vLLM's CPU build: no sleep mode, no CUDA graphs
+            arr.rollout.enable_sleep_mode = False
+            arr.rollout.enforce_eager = True
+            arr.rollout.free_cache_engine = False
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
         # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a
