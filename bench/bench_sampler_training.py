@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from envs.mix import Mix, load_mix  # noqa: E402
 from envs.sampler import floored_shares, group_value  # noqa: E402
-from training.report import write_atomic  # noqa: E402
+from training.report.report import write_atomic  # noqa: E402
 from utils.generation_viewer import read_jsonl  # noqa: E402
 
 ARMS = ("uniform", "learnability")

@@ -8,8 +8,8 @@
     python bench/bench_trl.py --steps 4 --override algorithm.rollout_correction.bypass_mode=true
 
 All arms read their sizes and settings from ONE composed config: configs/quickstart.yaml with `trainer.device=cpu`,
-the bench's overrides and the CPU backend's application (env.on_cpu, training.config.resolve_config,
-training.hardware.apply_cpu_backend; the order of training/train_grpo.py), so the comparison follows whatever the
+the bench's overrides and the CPU backend's application (env.on_cpu, training.launch.config.resolve_config,
+training.launch.hardware.apply_cpu_backend; the order of training/train_grpo.py), so the comparison follows whatever the
 quickstart says. They run one after the other (never at once: 2 cores), each in its own subprocess:
 
 - transformers, vllm (ours): `training/train_grpo.py --config-name quickstart trainer.device=cpu` with the same
@@ -17,10 +17,10 @@ quickstart says. They run one after the other (never at once: 2 cores), each in 
   (verl's own vLLM rollout on vLLM's CPU build); verl's per-step `timing_s/*` from its file logger
   (VERL_FILE_LOGGER_PATH). Step = verl's `timing_s/step`; generation = `gen` (sampling, with our reward scored inside
   the agent loop); train/update = `update_actor`; other = the rest (old_log_prob, ref, adv, update_weights,
-  env_feedback, ...). Launch -> first rollout = the process's start to verl's first step (training/progress.py's
+  env_feedback, ...). Launch -> first rollout = the process's start to verl's first step (training/trainer/progress.py's
   `train_begin`: Ray, the workers, the rollout servers and the first weight sync are done; no validation here).
 - trl: `GRPOTrainer` (transformers generation, no vLLM) on the same model folder, the first prompts of our train stream
-  (training.data.build_train_stream: same mix, seed, system prompt, prompt-length filter), our reward
+  (training.trainer.data.build_train_stream: same mix, seed, system prompt, prompt-length filter), our reward
   (envs.trl_reward.make_trl_reward with the config's reward options), and the mapped settings of
   `trl_arm.trl_settings` (group size, prompts per optimizer step, micro-batch, token limits, sampling, optimizer, KL,
   entropy, clipping, loss aggregation, gradient checkpointing, fp32, threads); phases as bench/trl_arm.py says.
@@ -118,8 +118,8 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 def compose(overrides: list[str]):
     """Returns the quickstart config as training/train_grpo.py's prepare() leaves it for a CPU run: env.on_cpu (keys
     in `overrides` win), resolved model path, the CPU backend's keys."""
-    from training.config import compose_config, resolve_config
-    from training.hardware import apply_cpu_backend, apply_cpu_overrides, resolve_device
+    from training.launch.config import compose_config, resolve_config
+    from training.launch.hardware import apply_cpu_backend, apply_cpu_overrides, resolve_device
 
     cfg = compose_config("quickstart", overrides)
     resolve_device(cfg, 0)

@@ -32,7 +32,7 @@ def trl_settings(cfg) -> dict[str, Any]:
     steps, so the per-step times would not compare)."""
     from omegaconf import OmegaConf
 
-    from training.hardware import cpu_threads
+    from training.launch.hardware import cpu_threads
 
     arr, data, algo = cfg.actor_rollout_ref, cfg.data, cfg.algorithm
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
@@ -123,12 +123,12 @@ def trl_installed() -> bool:
 
 
 def trl_dataset_rows(cfg, size: int) -> list[dict]:
-    """The first `size` prompts of our train stream (training.data.build_train_stream: mix, seed, system prompt and
+    """The first `size` prompts of our train stream (training.trainer.data.build_train_stream: mix, seed, system prompt and
     prompt-length filter of `cfg`), as envs.to_parquet rows (prompt messages, data_source, reward_model, extra_info)."""
     from transformers import AutoTokenizer
 
     from envs.to_parquet import to_row
-    from training.data import build_train_stream
+    from training.trainer.data import build_train_stream
 
     tokenizer = AutoTokenizer.from_pretrained(str(cfg.actor_rollout_ref.model.path))
     stream = build_train_stream(cfg, tokenizer)

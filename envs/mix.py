@@ -31,6 +31,7 @@ _TASK_KEYS = {"task", "weight", "config", "level"}
 _MIX_KEYS = {"tasks", "held_out", "curriculum", "sampler"}
 SAMPLER_STRATEGIES = ("uniform", "learnability")
 SAMPLER_SIGNALS = ("advantage", "variance")
+MIX_DIR = Path(__file__).resolve().parents[1] / "configs" / "mix"
 
 
 @dataclass(frozen=True)
@@ -194,3 +195,15 @@ def _parse_sampler(value: Any, where: str) -> SamplerSettings:
         exploration=float(number("exploration", 0.0, math.inf, False, True)),
         floor=float(number("floor", 0.0, 1.0, False, False)),
     )
+
+
+def mix_path(mix: str) -> Path:
+    """Returns the YAML file of `env.mix`: a path as given, else configs/mix/<name>.yaml."""
+    path = Path(str(mix)).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        return path
+    candidate = MIX_DIR / f"{mix}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(sorted(p.stem for p in MIX_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"env.mix={mix!r}: no file {candidate}; use one of: {known}, or a path to a mix YAML")
+    return candidate

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from envs.entry_json import decode_entry, encode_entry, same_value
-from envs.mix import load_mix
+from envs.mix import load_mix, mix_path
 from envs.prompts import DEFAULT_SYSTEM_PROMPT
 from envs.splits import SPLITS
 from envs.stream import TaskStream, mix_fingerprint
@@ -93,7 +93,7 @@ def write_parquet(mix: Any, split: str, seed: int, size: int, output: str | os.P
                   producer_processes: int | None = None, row_group_size: int = ROW_GROUP_SIZE) -> Path:
     """Writes the first `size` items of the (mix, split, seed) stream to `output` (parquet); returns its path.
 
-    `mix`: a Mix, a mapping, or a YAML path (resolve names with training.config.mix_path). Atomic: a reader sees the
+    `mix`: a Mix, a mapping, or a YAML path (resolve names with envs.mix.mix_path). Atomic: a reader sees the
     old file or the complete new one, never a partial file.
     """
     if size < 1:
@@ -148,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes generating slow tasks ahead (default: 2 when the mix has any)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    from training.config import mix_path
-
     path = write_parquet(mix_path(args.mix), args.split, args.seed, args.size, args.output,
                          system_prompt=args.system_prompt or None, progress=not args.no_progress,
                          producer_processes=args.producer_processes)

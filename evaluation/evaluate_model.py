@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import logging  # noqa: E402
 import re  # noqa: E402
-from datetime import datetime  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from datetime import datetime  # noqa: E402
 
 
 @dataclass
@@ -94,7 +94,7 @@ def cli_overrides(args: Args) -> list[str]:
     validation sees the final config."""
     out = []
     if args.from_run:
-        from training.scoring import eval_overrides, read_scoring
+        from envs.run_scoring import eval_overrides, read_scoring
 
         out += eval_overrides(read_scoring(args.from_run))
     out += list(args.overrides)

@@ -8,7 +8,7 @@ Configs are configs/NAME.yaml over verl's ppo_trainer. Before any worker starts,
 model folders, GPU count), checked (batch arithmetic, GPUs, model, task names, prompt lengths with the model's
 tokenizer) and validated by verl. trainer.device=auto (default) trains on CUDA when torch can use a GPU and on the
 CPU backend (training/cpu_backend) on a machine without NVIDIA GPUs; GPUs that torch cannot use stop the launch with
-the fix (training/devices.py). preflight=true runs the quick CPU check of the data path instead of training.
+the fix (training/launch/devices.py). preflight=true runs the quick CPU check of the data path instead of training.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from training.checks import (  # noqa: E402
+from training.launch.checks import (  # noqa: E402
     ConfigProblem,
     batch_plan,
     check_config,
@@ -36,10 +36,10 @@ from training.checks import (  # noqa: E402
     sample_prompt_lengths,
     raise_if_problems,
 )
-from training.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
-from training.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
-from training.devices import device_problem, probe_host, probe_torch  # noqa: E402
-from training.hardware import (  # noqa: E402
+from training.launch.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
+from training.launch.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
+from training.launch.devices import device_problem, probe_host, probe_torch  # noqa: E402
+from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
@@ -48,8 +48,8 @@ from training.hardware import (  # noqa: E402
     resolve_device,
     size_ray,
 )
-from training.resume import AlreadyFinished, check_resume  # noqa: E402
-from training.startup import apply_startup_settings  # noqa: E402
+from training.launch.resume import AlreadyFinished, check_resume  # noqa: E402
+from training.launch.startup import apply_startup_settings  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -135,7 +135,7 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     if not cfg.get("preflight", False):
         problems += gpu_stack_problems(cfg) if device == "cuda" else cpu_rollout_problems(cfg)
     raise_if_problems(problems, "config check")
-    # training/resume.py: finished experiment -> AlreadyFinished; checkpoint of another mix/model/seed -> ConfigProblem
+    # training/launch/resume.py: finished experiment -> AlreadyFinished; checkpoint of another mix/model/seed -> ConfigProblem
     check_resume(cfg, launching=not cfg.get("preflight", False))
     tokenizer = load_tokenizer(cfg)
     check_prompts(cfg, tokenizer)
@@ -145,9 +145,9 @@ def prepare(cfg: DictConfig, visible_gpus: int):
 
 def launch(cfg: DictConfig) -> None:
     """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit. The console shows
-    our lines only (env.console=quiet, training/console.py); raises TrainingFailed when a worker fails."""
-    from training.console import driver_console
-    from training.hardware import activate_cpu_backend
+    our lines only (env.console=quiet, training/launch/console.py); raises TrainingFailed when a worker fails."""
+    from training.launch.console import driver_console
+    from training.launch.hardware import activate_cpu_backend
 
     print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
     # Ray's GCS keeps up to 100k task events by default and grew without end over a long run (bench_soak: +47% from
@@ -159,7 +159,7 @@ def launch(cfg: DictConfig) -> None:
         from verl.trainer.main_ppo import run_ppo
         from verl.utils.device import auto_set_device
 
-        from training.runner import ReasoningGymTaskRunner
+        from training.trainer.runner import ReasoningGymTaskRunner
 
         auto_set_device(cfg)
         run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
@@ -167,7 +167,7 @@ def launch(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> int:
     """Checks, then the preflight (preflight=true) or training on CUDA or the CPU backend. Returns the exit code."""
-    from training.cluster import cluster_address
+    from training.launch.cluster import cluster_address
 
     torch_cuda = probe_torch()
     # A launch never trains on another device than asked without saying so. A run that joins a Ray cluster is
@@ -187,16 +187,16 @@ def run(cfg: DictConfig) -> int:
         print(f"[resume] {done}")
         return 0
     if cfg.get("preflight", False):
-        from training.preflight import run_preflight
+        from training.launch.preflight import run_preflight
 
         return run_preflight(cfg, tokenizer, "preflight=true")
-    from training.scoring import write_scoring
+    from envs.run_scoring import write_scoring
 
     write_scoring(cfg)  # how this run scores and samples, for `evaluate_model.py --from-run`
     try:
         launch(cfg)
     except TrainingFailed as err:  # a fault during training: where it failed, what died, the command that resumes
-        from training.faults import explain
+        from training.trainer.faults import explain
 
         print(err, file=sys.stderr)
         print(explain(err.__cause__ or err, str(cfg.trainer.default_local_dir)), file=sys.stderr)
@@ -208,11 +208,11 @@ def run(cfg: DictConfig) -> int:
 
 
 def print_report(cfg: DictConfig) -> None:
-    """After training: prints the run's table (training/report.py) and where its files are. A report that fails
+    """After training: prints the run's table (training/report/report.py) and where its files are. A report that fails
     is said, never raised: the training run is done. Reads trainer.default_local_dir, env.dump.dir and
     trainer.validation_data_dir."""
-    from training.generations import DumpSettings
-    from training.report import write_report
+    from training.trainer.generations import DumpSettings
+    from training.report.report import write_report
 
     try:
         report = write_report(cfg.trainer.default_local_dir, DumpSettings.from_config(cfg).directory,

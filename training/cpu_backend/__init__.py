@@ -1,7 +1,7 @@
 """verl's CPU backend: a "cpu" platform, verl's FSDP2 engine registered for it, a transformers rollout replica.
 
 Loaded in every verl process (the driver, the Ray task runner and every worker) through verl's
-`VERL_USE_EXTERNAL_MODULES=training.cpu_backend`, with `VERL_PLATFORM=cpu`; `training.config.apply_cpu_backend`
+`VERL_USE_EXTERNAL_MODULES=training.cpu_backend`, with `VERL_PLATFORM=cpu`; `training.launch.hardware.apply_cpu_backend`
 sets both and the config keys a CPU run needs. Importing this package registers everything; without
 VERL_PLATFORM=cpu it only registers (nothing is patched), so a GPU run is untouched.
 """

@@ -1,7 +1,7 @@
 """The two places where verl 0.9.1 offers no hook for a CPU run, each replaced by one small named function.
 
 Both are applied only in processes that load the CPU backend (VERL_PLATFORM=cpu) and are pinned by contract tests
-(tests/test_cpu_backend.py) that fail when verl changes the code they stand in for:
+(tests/training/cpu_backend/test_cpu_backend.py) that fail when verl changes the code they stand in for:
 
 1. `verl.workers.engine_workers.initialize_global_process_group_ray`: verl builds the backend string
    "cpu:gloo,{device}:{backend}", which on CPU is "cpu:gloo,cpu:gloo" and torch rejects a device named twice.

@@ -1,0 +1,123 @@
+"""One scoring for training and evaluation: the eval suite's `reward:` section, `--from-run` (the training run's
+reward options, prompt and sampling), the paired base-vs-trained interval and the refusal of runs scored differently."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from envs.run_scoring import eval_overrides, read_scoring, scoring_settings, write_scoring
+from envs.verl_reward import compute_score
+from evaluation.backends.base import Completion
+from evaluation.compare import NotComparable, compare_results, paired_interval, verdict
+from evaluation.config import ConfigError, load_config, reward_options
+from evaluation.evaluate_model import main
+from evaluation.runner import score_completions
+from evaluation.suite import build_suite
+from training.launch.config import compose_config
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = str(REPO / "configs" / "eval" / "quickstart.yaml")
+SMOKE = str(REPO / "configs" / "eval" / "smoke.yaml")
+SMALL = ["suite.categories.in_mix.size=2", "suite.categories.probe.size=1"]
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(tmp_path_factory) -> Path:
+    """A quickstart training run's folder as training leaves it at launch: scoring.json from the composed config."""
+    run = tmp_path_factory.mktemp("run")
+    cfg = compose_config("quickstart", [f"trainer.default_local_dir={run}", "data.max_response_length=48"])
+    write_scoring(cfg)
+    return run
+
+
+def training_reward(item, response: str) -> dict:
+    """The reward verl's workers compute in a quickstart run (env.reward as reward_kwargs)."""
+    cfg = compose_config("quickstart", ["data.max_response_length=48"])
+    kwargs = {k: v for k, v in scoring_settings(cfg)["reward"].items()}
+    extra_info = {"entry": item.entry, "task": item.task_key, "task_name": item.task, "config": item.config}
+    return asyncio.run(compute_score(item.task, response, item.entry["answer"], extra_info, **kwargs))
+
+
+def test_fallback_only_response_scores_the_same_in_training_and_evaluation(quickstart_run):
+    cfg = load_config(QUICKSTART, ["model.path=unused", *SMALL, *eval_overrides(read_scoring(quickstart_run))])
+    item = next(i for i in build_suite(cfg) if i.task == "chain_sum")
+    response = f"Let me add them up. 3 plus a few gives {item.entry['answer']}"  # no <answer> tags
+    train = training_reward(item, response)
+    evaluated = score_completions(item, [Completion(response, 12, "stop")], reward_options(cfg))[0]
+    assert train["answer_found"] == 0.0 and train["score"] == 1.0 and train["acc"] == 1.0
+    assert {k: evaluated[k] for k in ("score", "acc", "raw_score", "pred")} == \
+        {k: train[k] for k in ("score", "acc", "raw_score", "pred")}
+    # the suite without a reward section scores tags only: the same response gets nothing
+    tags_only = load_config(SMOKE, ["model.path=unused"])
+    assert score_completions(item, [Completion(response, 12, "stop")], reward_options(tags_only))[0]["score"] == 0.0
+
+
+def test_reward_section_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: unknown key 'reward.answer_fallbak'; did you mean "
+                                          r"answer_fallback"):
+        load_config(QUICKSTART, ["model.path=x", "reward.answer_fallbak=last_number"])
+    with pytest.raises(ConfigError, match=r"'reward.partial_credit' must be true/false"):
+        load_config(QUICKSTART, ["model.path=x", "reward.partial_credit=3"])
+    with pytest.raises(ConfigError, match=r"answer_fallback='first'; use one of"):
+        load_config(QUICKSTART, ["model.path=x", "reward.answer_fallback=first"])
+    with pytest.raises(ConfigError, match=r"'decoding' must list greedy and/or sampled in that order"):
+        load_config(QUICKSTART, ["model.path=x", "decoding=[sampled,greedy]"])
+
+
+def test_from_run_missing_scoring_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["--config", QUICKSTART, "--from-run", str(tmp_path), "--model", "x"]) == 2
+    assert "no scoring.json there" in capsys.readouterr().err
+
+
+def test_from_run_cli_records_options_greedy_and_sampled_and_compares(quickstart_run, tiny_model_dir, tmp_path,
+                                                                     capsys):
+    """The tiny model through the CLI: both modes, the run's options recorded, a paired self-comparison, and a
+    comparison with a run scored tags-only refused."""
+    common = ["--config", QUICKSTART, "--from-run", str(quickstart_run), "--model", str(tiny_model_dir), *SMALL,
+              "sampling.max_tokens=8"]
+    assert main([*common, "--output", str(tmp_path / "a")]) == 0
+    for mode, n in (("greedy", 1), ("sampled", 4)):
+        run = json.loads((tmp_path / "a" / mode / "results.json").read_text())["run"]
+        assert run["reward"]["answer_fallback"] == "last_number" and run["reward"]["partial_credit"] is True
+        assert run["sampling"]["n"] == n and run["sampling"]["max_tokens"] == 8
+        assert run["sampling"]["temperature"] == (0.0 if mode == "greedy" else 1.0)
+        assert run["system_prompt"].startswith("Answer with the final result only")
+    assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "a"), "--output", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "greedy (T=0, 1 sample per item): base -> trained" in out and "sampled (T=1.0, 4 samples per item)" in out
+    assert "  overall    " in out and "+0.000 [+0.000, +0.000]  not resolved" in out
+    cmp = json.loads((tmp_path / "cmp" / "greedy" / "comparison.json").read_text())
+    assert cmp["overall"]["ci95"] == [0.0, 0.0] and cmp["overall"]["paired_items"] == 10
+    assert main([*common, "reward.answer_fallback=false", "reward.partial_credit=false",
+                 "--output", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--output", str(tmp_path / "cmp2")]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to compare" in err and "reward:" in err and "--from-run" in err
+
+
+def _results(accs: dict[str, float], **run) -> dict:
+    overall = sum(accs.values()) / len(accs)
+    return {"run": {"model": "m", "reward": {}, "system_prompt": "p",
+                    "sampling": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "n": 1}, **run},
+            "tasks": {"g/t": {"accuracy": overall}}, "groups": {"g": {"accuracy": overall}},
+            "overall": {"accuracy": overall}, "item_accuracy": accs}
+
+
+def test_paired_interval_resolves_a_real_change_and_not_noise():
+    items = [f"g/t/{i:05d}" for i in range(400)]
+    base = {i: float(k % 4 == 0) for k, i in enumerate(items)}  # 0.25
+    better = dict(base, **{i: 1.0 for i in items[1:160:4]})  # 40 wrong items turn right: +0.10
+    cmp = compare_results(_results(base), _results(better))
+    assert cmp["overall"]["paired_delta"] == pytest.approx(0.10)
+    lo, hi = cmp["overall"]["ci95"]
+    assert 0 < lo < 0.10 < hi and cmp["overall"]["verdict"] == "better (resolved)"
+    assert cmp["tasks"][0]["verdict"] == "better (resolved)"
+    shuffled = dict(base, **{i: 1.0 for i in items[1:40:4]}, **{i: 0.0 for i in items[0:40:4]})  # 10 up, 10 down
+    assert verdict(paired_interval(base, shuffled, items)) == "not resolved"
+    assert verdict(paired_interval(better, base, items)) == "worse (resolved)"
+    with pytest.raises(NotComparable, match="sampling.temperature: base 0.0 vs trained 1.0"):
+        compare_results(_results(base), _results(better, sampling={"temperature": 1.0, "top_p": 1.0,
+                                                                   "max_tokens": 8, "n": 1}))

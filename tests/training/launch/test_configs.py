@@ -1,0 +1,92 @@
+"""Every shipped training config composes over verl's ppo_trainer and passes verl's validate_config and our checks."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import open_dict
+
+from envs.mix import mix_path
+from training.launch.checks import batch_problems, check_config, hardware_problems, mix_problems, model_problems
+from training.launch.config import compose_config, resolve_config, shipped_config_names, validate_with_verl
+
+CONFIGS = shipped_config_names()
+
+
+def with_gpus(cfg, gpus: int):
+    with open_dict(cfg):
+        cfg.trainer.n_gpus_per_node = gpus
+    return cfg
+
+
+def test_expected_configs_are_shipped():
+    expected = {"quickstart", "grpo", "curriculum_spell_backward", "lora_algorithmic"}
+    expected |= {f"inter_{c}" for c in ("algorithmic", "algebra", "games", "logic")}
+    assert expected <= set(CONFIGS)
+    assert any(name.startswith("intra_") for name in CONFIGS)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_passes_verl_and_our_checks_on_one_and_two_gpus(name):
+    cfg = compose_config(name)
+    for gpus in (1, 2):
+        validate_with_verl(with_gpus(cfg, gpus))
+        assert batch_problems(cfg) == [] and hardware_problems(cfg, gpus) == []
+    assert mix_problems(cfg) == []
+    assert cfg.trainer.v1.trainer_mode == "reasoning_gym"
+    assert cfg.reward.custom_reward_function.path == "pkg://envs.verl_reward"
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert cfg.trainer.total_training_steps >= 1 and cfg.data.dataloader_num_workers == 0
+    assert mix_path(cfg.env.mix).is_file()
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m", "tiny"])
+def test_presets_compose(model):
+    for hardware, gpus in (("1gpu", 1), ("2gpu", 2)):
+        cfg = compose_config("grpo", [f"model={model}", f"hardware={hardware}"])
+        assert cfg.trainer.n_gpus_per_node == gpus
+        validate_with_verl(cfg)
+        assert batch_problems(cfg) == []
+
+
+def test_auto_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cfg = compose_config("grpo")
+    assert cfg.trainer.n_gpus_per_node == "auto"
+    resolve_config(cfg)
+    assert cfg.trainer.n_gpus_per_node == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert resolve_config(compose_config("grpo"), gpu_count=None).trainer.n_gpus_per_node == 1  # preflight: as 1 GPU
+
+
+def test_offline_model_sentinel_is_resolved(tiny_model_dir):
+    cfg = resolve_config(compose_config("quickstart", ["model=tiny"]), gpu_count=1)
+    assert Path(cfg.actor_rollout_ref.model.path) == tiny_model_dir
+    assert model_problems(cfg) == []
+
+
+def test_batch_arithmetic_messages_say_what_to_change():
+    cfg = with_gpus(compose_config("quickstart", ["data.train_batch_size=3", "actor_rollout_ref.rollout.n=3",
+                                                  "actor_rollout_ref.actor.ppo_mini_batch_size=2"]), 2)
+    problems = " | ".join(batch_problems(cfg))
+    assert "9 sequences do not split over 2 GPU(s)" in problems and "data.train_batch_size=4" in problems
+    assert "must divide data.train_batch_size=3" in problems
+    cfg = with_gpus(compose_config("quickstart", ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=12"]), 1)
+    assert "ppo_micro_batch_size_per_gpu=4" in " ".join(batch_problems(cfg))
+
+
+def test_gpu_and_model_messages():
+    cfg = with_gpus(compose_config("grpo", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"]), 3)
+    problems = " | ".join(hardware_problems(cfg, visible_gpus=2))
+    assert "only 2 GPU(s) are visible" in problems and "tensor_model_parallel_size=2 must divide" in problems
+    cfg = compose_config("grpo", ["actor_rollout_ref.model.path=/nonexistent/model"])
+    assert "no such folder" in model_problems(cfg)[0]
+
+
+def test_unknown_task_in_mix_is_named(tmp_path):
+    mix = tmp_path / "typo.yaml"
+    mix.write_text("tasks:\n  chain_summ: {weight: 1.0}\n")
+    cfg = with_gpus(compose_config("grpo", [f"env.mix={mix}"]), 1)
+    problems = check_config(cfg, visible_gpus=1)
+    assert len(problems) == 1 and "chain_summ" in problems[0] and "chain_sum" in problems[0]
+    with pytest.raises(FileNotFoundError, match="use one of"):
+        mix_path("no_such_mix")

@@ -1,0 +1,112 @@
+"""The console of a training run (training/launch/console.py) as a person sees it, on the tiny model: a short run prints
+few lines and keeps every line of verl's in files under the run directory; a worker's failure reaches the terminal
+with its last lines and its log's path. The run also starts with its first rendezvous port taken
+(training/trainer/rendezvous.py) and writes TensorBoard's files under the run directory."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.launch.console import failure_summary
+
+REPO = Path(__file__).resolve().parents[3]
+MAX_LINES = 80
+
+
+def launch(tiny_run, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(REPO / "training" / "train_grpo.py"), "--config-name", "quickstart", *tiny_run,
+           "trainer.device=cpu", "trainer.total_training_steps=2", "trainer.save_freq=-1",
+           f"trainer.default_local_dir={run_dir / 'run'}", f"hydra.run.dir={run_dir / 'hydra'}", *overrides]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
+               CUDA_VISIBLE_DEVICES="")
+    return subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=900)
+
+
+def screen_lines(text: str) -> list[str]:
+    """The lines a terminal keeps: a progress bar's redraws (carriage returns) count once."""
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n") if line.rsplit("\r", 1)[-1].strip()]
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory, tiny_run):
+    """Two steps with validation before and after, TensorBoard on, run from an empty folder, while another
+    process holds the first port of the rendezvous range."""
+    run_dir = tmp_path_factory.mktemp("console")
+    with socket.socket() as squatter:
+        squatter.bind(("", 0))
+        taken = squatter.getsockname()[1]
+        squatter.listen()
+        done = launch(tiny_run, run_dir, f"env.rendezvous_ports=[{taken},{taken + 50}]",
+                      "trainer.val_before_train=true", "trainer.test_freq=2", "trainer.logger=[console,tensorboard]")
+    return run_dir, done
+
+
+@pytest.mark.slow
+def test_a_short_run_prints_our_lines_only_and_starts_with_its_port_taken(quiet_run):
+    run_dir, done = quiet_run
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    lines = screen_lines(done.stdout + done.stderr)
+    assert len(lines) <= MAX_LINES, "\n".join(lines)
+    text = "\n".join(lines)
+    for expected in (r"^\[step 1/2\] reward [\d.]+  accuracy", r"^\[step 2/2\]", r"^\[val\] before training: accuracy",
+                     r"^\[val\] at step 2: accuracy", r"^\[logs\] verl, Ray and worker output: .*/run/logs",
+                     r"^\[logs\] TensorBoard: tensorboard --logdir .*/run/tensorboard", r"^\[check\] device: cpu"):
+        assert re.search(expected, text, re.M), f"{expected!r} not in:\n{text}"
+    for wrong in ("Falling back to 'nvidia'", "target_num_threads", "pid=", "Disabled critic", "ray init kwargs"):
+        assert wrong not in text, f"{wrong!r} on the console:\n{text}"
+
+
+@pytest.mark.slow
+def test_verl_output_is_in_files_under_the_run_directory(quiet_run):
+    run_dir, done = quiet_run
+    logs = run_dir / "run" / "logs"
+    assert "ray init kwargs" in (logs / "driver.log").read_text()
+    runner = sorted((logs / "workers").glob("_ReasoningGymTaskRunner-*.out"))
+    assert runner and "actor_rollout_ref" in runner[0].read_text()  # verl's config dump
+    assert list((logs / "workers").glob("WorkerDict-*.err"))
+    assert list((run_dir / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert not (run_dir / "tensorboard_log").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_failure_reaches_the_console_with_its_log(tmp_path, tiny_run):
+    done = launch(tiny_run, tmp_path, "actor_rollout_ref.actor.optim.optimizer=NoSuchOptimizer")
+    assert done.returncode == 1
+    err = done.stderr
+    assert "[train] training failed" in err and "NoSuchOptimizer" in err, err[-4000:]
+    match = re.search(r"full log of that worker: (\S+)", err)
+    assert match, err[-4000:]
+    log, logs = Path(match.group(1)), tmp_path / "run" / "logs"
+    assert log.is_file() and log.is_relative_to(logs) and log.name.startswith("WorkerDict-"), err[-4000:]
+    assert "NoSuchOptimizer" in (logs / "error.log").read_text() and f"whole traceback: {logs / 'error.log'}" in err
+    assert len(screen_lines(done.stdout + err)) <= MAX_LINES
+
+
+def test_failure_summary_names_the_worker_log(tmp_path):
+    class WorkerError(Exception):
+        pid, function_name = 4242, "WorkerDict.init_model"
+
+    log = tmp_path / "WorkerDict-4242.err"
+    text = failure_summary(WorkerError("line\n" * 100 + "AttributeError: no NoSuchOptimizer"), {4242: log}, None)
+    assert "in WorkerDict.init_model" in text and "AttributeError: no NoSuchOptimizer" in text
+    assert f"full log of that worker: {log}" in text and len(text.splitlines()) < 40
+
+
+def test_progress_events_carry_the_step_line_and_validation():
+    from training.trainer.progress import progress_event
+
+    step = progress_event({"timing_s/step": 2.5, "env/reward": 0.25, "env/accuracy": 0.125, "response_length/mean": 40,
+                           "env/zero_variance_groups": 0.5, "perf/throughput": 300.0,
+                           "val-core/reasoning_gym/chain_sum/acc/mean@1": 0.5,
+                           "val-core/reasoning_gym/leg_counting/acc/mean@1": 0.0,
+                           "val-core/reasoning_gym/leg_counting/acc/mean@4": 1.0}, step=3, total=10)
+    assert step["kind"] == "step" and step["reward"] == 0.25 and step["step_seconds"] == 2.5
+    assert step["val_accuracy"] == 0.25 and step["val_sources"] == 2  # mean@1 of each task, not mean@4
+    before = progress_event({"val-core/reasoning_gym/chain_sum/acc/mean@1": 0.5}, step=0, total=10)
+    assert before["kind"] == "validation" and before["val_accuracy"] == 0.5
+    assert progress_event({"actor/lr": 1e-5}, step=1, total=10) is None

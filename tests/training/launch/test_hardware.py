@@ -1,0 +1,133 @@
+"""Device choice, the CPU backend's config, CPU-only overrides, Ray sizing and the GPU-stack message."""
+
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from training.launch.config import compose_config, resolve_config
+from training.launch.hardware import (
+    activate_cpu_backend,
+    apply_cpu_backend,
+    apply_cpu_overrides,
+    choose_attention,
+    gpu_stack_problems,
+    ray_cpu_demand,
+    resolve_device,
+    size_ray,
+)
+
+BACKEND_ENV = ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "OMP_NUM_THREADS", "RG_GRPO_ROLLOUT_THREADS",
+               "TOKENIZERS_PARALLELISM")
+
+
+@pytest.fixture()
+def isolated_backend(monkeypatch):
+    """apply_cpu_backend sets environment variables and verl's platform: restore both after the test."""
+    from verl.plugin.platform import platform_manager
+
+    for key in BACKEND_ENV:
+        monkeypatch.setenv(key, os.environ.get(key, ""))
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # popped by apply_cpu_backend
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+
+
+def test_auto_device_follows_visible_gpus():
+    cfg = compose_config("quickstart")
+    assert cfg.trainer.device == "auto"
+    assert resolve_device(cfg.copy(), 0) == "cpu" and resolve_device(cfg.copy(), 2) == "cuda"
+    assert resolve_device(compose_config("quickstart", ["trainer.device=cpu"]), 1) == "cpu"
+    with pytest.raises(ValueError, match="trainer.device='tpu'"):
+        resolve_device(compose_config("quickstart", ["trainer.device=tpu"]), 0)
+
+
+def test_cpu_backend_config(isolated_backend):
+    cfg = resolve_config(compose_config("quickstart", ["model=tiny", "trainer.n_gpus_per_node=2"]), gpu_count=1)
+    apply_cpu_overrides(cfg)
+    apply_cpu_backend(cfg)
+    assert os.environ.get("VERL_USE_EXTERNAL_MODULES", "") != "training.cpu_backend"  # config only, no side effects
+    activate_cpu_backend(cfg)
+    arr = cfg.actor_rollout_ref
+    assert cfg.trainer.device == "cpu" and arr.rollout.name == "transformers"
+    assert arr.actor.strategy == arr.ref.strategy == "fsdp2"
+    assert OmegaConf.to_container(arr.actor.fsdp_config.mixed_precision)["param_dtype"] == "fp32"
+    assert arr.model.override_config.attn_implementation == "sdpa" and not arr.model.use_remove_padding
+    assert cfg.ray_kwargs.ray_init.num_gpus == 2  # one logical slot per training rank
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+    assert os.environ["VERL_USE_EXTERNAL_MODULES"] == "training.cpu_backend"
+    from verl.utils.device import get_device_name
+
+    assert get_device_name() == "cpu"
+
+
+def test_cpu_overrides_yield_to_the_command_line():
+    cfg = compose_config("quickstart")
+    applied = apply_cpu_overrides(cfg, command_line={"data.train_batch_size"})
+    assert "data.train_batch_size" not in applied and cfg.data.train_batch_size == 16
+    assert cfg.data.max_response_length == 48 and cfg.trainer.total_training_steps == 10
+    assert cfg.algorithm.rollout_correction.bypass_mode  # from the base config's on_cpu, merged with quickstart's
+    bad = compose_config("quickstart", ["+env.on_cpu={data.no_such_key: 1}"])
+    with pytest.raises(ValueError, match="env.on_cpu.data.no_such_key: no such config key"):
+        apply_cpu_overrides(bad)
+
+
+def test_ray_is_sized_from_what_verls_actors_reserve():
+    cfg = resolve_config(compose_config("quickstart", ["hardware=2gpu"]), gpu_count=2)
+    demand = ray_cpu_demand(cfg)
+    assert demand == 2 + 8 + 8 + 4 + 3 * 2  # runner + TQ controller, 8 storage units, agent and reward workers, GPUs
+    assert size_ray(cfg) == [] and cfg.ray_kwargs.ray_init.num_cpus >= demand
+    small = resolve_config(compose_config("quickstart", ["hardware=2gpu", "+ray_kwargs.ray_init.num_cpus=8"]),
+                           gpu_count=2)
+    [problem] = size_ray(small)
+    assert "ray_kwargs.ray_init.num_cpus=8" in problem and f"num_cpus={demand}" in problem
+    remote = resolve_config(compose_config("quickstart", ["+ray_kwargs.ray_init.address=127.0.0.1:1",
+                                                          "+ray_kwargs.ray_init.num_cpus=1"]), gpu_count=1)
+    [problem] = size_ray(remote)  # joining: no local sizing, and the cluster's own resources are checked
+    assert remote.ray_kwargs.ray_init.num_cpus is None and "no Ray cluster answers at 127.0.0.1:1" in problem
+
+
+def test_gpu_machine_without_the_gpu_stack_is_told_what_to_install():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    [problem] = gpu_stack_problems(compose_config("quickstart"))
+    assert "vllm is not installed" in problem and "make install-gpu" in problem and "trainer.device=cpu" in problem
+
+
+def test_train_grpo_refuses_a_cuda_run_without_the_gpu_stack(capsys):
+    """What `make quickstart` prints on a GPU machine before `make install-gpu`: exit 2, no Ray started."""
+    import importlib.util
+
+    from training.train_grpo import ConfigProblem, prepare
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ConfigProblem, match="make install-gpu"):
+        prepare(compose_config("quickstart", ["model=tiny", "data.max_prompt_length=768"]), visible_gpus=1)
+
+
+def test_attention_defaults_to_sdpa_without_flash_attn():
+    import importlib.util
+
+    cfg = compose_config("quickstart")
+    expected = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+    assert choose_attention(cfg) == expected == cfg.actor_rollout_ref.model.override_config.attn_implementation
+    chosen = compose_config("quickstart", ["+actor_rollout_ref.model.override_config.attn_implementation=eager"])
+    assert choose_attention(chosen) == "eager"
+    # Without flash-attn's varlen kernels a packed micro-batch attends over a dense block mask: train padded.
+    assert cfg.actor_rollout_ref.model.use_remove_padding is (expected == "flash_attention_2")
+    assert chosen.actor_rollout_ref.model.use_remove_padding is False
+
+
+def test_cpu_threads_follow_the_process_affinity():
+    """`taskset -c 0 python training/train_grpo.py ...` must train on one thread, not on the machine's core count."""
+    import subprocess
+    import sys
+
+    code = "from training.launch.hardware import cpu_threads, usable_cores; print(usable_cores(), cpu_threads(1), cpu_threads(2))"
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(Path(__file__).resolve().parents[3]), check=True)
+    assert done.stdout.split() == ["1", "1", "1"]

@@ -1,0 +1,87 @@
+"""The preflight end to end on the tiny model: config checks, stream, chat template, HF generation, verl-loaded reward."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from training.launch.config import compose_config, resolve_config
+from training.launch.preflight import sample_group, score_all
+from training.train_grpo import run
+from training.trainer.metrics import SampleRecord, env_metrics, zero_variance_fraction
+
+REPO = str(Path(__file__).resolve().parents[3])
+SMALL = ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4", "env.preflight.prompts=4",
+         "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
+         "env.on_cpu=null",
+         # an empty checkpoint folder: a user's own run in checkpoints/ (another model) would be refused by the resume check
+         f"trainer.default_local_dir={tempfile.mkdtemp(prefix='preflight_ckpt_')}"]
+
+
+def test_shared_prefix_sampling_matches_plain_generate(tiny_model_dir, tiny_tokenizer):
+    cfg = compose_config("quickstart", ["model=tiny"])
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    prompts = ["What is 2 + 3?", "Spell backward: reasoning, then give the answer in tags"]
+    ours = sample_group(model, tiny_tokenizer, prompts, 3, 12, cfg, do_sample=False)
+    tiny_tokenizer.padding_side = "left"
+    enc = tiny_tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    plain = model.generate(input_ids=enc["input_ids"].repeat_interleave(3, 0), do_sample=False, max_new_tokens=12,
+                           attention_mask=enc["attention_mask"].repeat_interleave(3, 0),
+                           pad_token_id=tiny_tokenizer.pad_token_id)
+    texts = [tiny_tokenizer.decode(row, skip_special_tokens=True) for row in plain[:, enc["input_ids"].shape[1]:]]
+    assert [text for text, _ in ours] == texts
+    assert all(0 < n <= 12 for _, n in ours)
+
+
+def test_reward_is_loaded_as_verl_loads_it(tiny_model_dir):
+    from envs.stream import TaskStream
+
+    cfg = resolve_config(compose_config("quickstart", SMALL + ["env.reward.format_reward=0.5"]), gpu_count=1)
+    items = TaskStream(os.path.join(REPO, "configs/mix/easy.yaml")).take(2)
+    right = f"<think>easy</think> <answer>{items[0]['reward_model']['ground_truth']}</answer>"
+    results = score_all(cfg, items, [right, "no idea"])
+    assert results[0]["score"] == 1.5 and results[0]["acc"] == 1.0
+    assert results[1]["score"] == 0.0 and results[1]["answer_found"] == 0.0
+
+
+def test_metrics_of_a_group():
+    records = [SampleRecord("a", "g1", s, s, 1.0, 4.0) for s in (0.0, 1.0)] + \
+              [SampleRecord("b", "g2", 0.0, 0.0, 0.0, 8.0) for _ in range(2)]
+    metrics = env_metrics(records)
+    assert metrics["env/a/accuracy"] == 0.5 and metrics["env/b/answer_rate"] == 0.0
+    assert metrics["env/response_length"] == 6.0 and zero_variance_fraction(records) == 0.5
+    assert metrics["env/zero_variance_groups"] == 0.5  # one of the two groups is flat: task b's
+    assert metrics["env/a/zero_variance_groups"] == 0.0 and metrics["env/b/zero_variance_groups"] == 1.0
+    assert env_metrics([])["env/zero_variance_groups"] == 0.0
+
+
+def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
+    code = run(compose_config("quickstart", SMALL + ["preflight=true"]))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for text in ("batch: 16 prompts x 8 samples", "validation set: 4 items", "zero-variance groups",
+                 "answer", "all checks passed"):
+        assert text in out
+    assert out.count("\n--- ") == 3
+
+
+def test_checks_stop_before_anything_starts(tiny_model_dir, capsys):
+    code = run(compose_config("quickstart", SMALL + ["actor_rollout_ref.actor.ppo_mini_batch_size=32"]))
+    err = capsys.readouterr().err
+    assert code == 2 and "nothing was started" in err and "ppo_mini_batch_size=32" in err
+
+
+@pytest.mark.slow
+def test_cli_runs_the_preflight_without_a_gpu(tiny_model_dir, tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *SMALL, "preflight=true",
+           f"hydra.run.dir={tmp_path}"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[preflight] preflight=true" in done.stdout and "all checks passed" in done.stdout
+    assert "device: cpu" in done.stdout and "ray init" not in done.stdout  # checked, nothing trained

@@ -1,0 +1,172 @@
+"""The whole pipeline as a user runs it, through `python training/train_grpo.py` on the tiny model:
+two GRPO steps with a checkpoint; a new process resumes and takes step 3 with exactly the prompts that follow;
+the checkpoint exports with utils/load_fsdp_to_hf.py and the export evaluates with evaluation/evaluate_model.py.
+Then dynamic sampling on the curriculum config. The same tests run on the CPU backend and, marked `gpu`, on CUDA.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS, SAMPLES = 2, 4
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *overrides: str,
+          config: str = "quickstart") -> str:
+    """Runs train_grpo.py in a new process with the `tiny_run` overrides (conftest); returns its output (exit 0)."""
+    assert f"data.train_batch_size={PROMPTS}" in tiny_run and f"actor_rollout_ref.rollout.n={SAMPLES}" in tiny_run
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", config, *tiny_run, f"trainer.device={device}",
+           f"trainer.total_training_steps={steps}", "trainer.save_freq=2",
+           f"trainer.default_local_dir={run_dir / 'ckpt'}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+           f"hydra.run.dir={run_dir / 'hydra'}", "env.console=verbose", *overrides]  # verl's metric lines
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    return output
+
+
+def step_metrics(output: str, step: int) -> dict[str, float]:
+    """Parses verl's console line `step:N - key:value - ...` (the last one printed for that step)."""
+    lines = [line for line in output.splitlines() if re.search(rf"\bstep:{step} - ", line)]
+    assert lines, f"no metrics line for step {step}"
+    metrics = {}
+    for part in lines[-1].split(f"step:{step} - ", 1)[1].split(" - "):
+        key, _, value = part.rpartition(":")
+        number = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
+        try:
+            metrics[key] = float(number)
+        except ValueError:
+            pass
+    return metrics
+
+
+def expected_prompts(tokenizer, first: int, count: int) -> list[str]:
+    """The stream's prompts at positions first .. first+count-1, rendered and decoded as verl's dump does."""
+    from envs.mix import mix_path
+    from envs.stream import TaskStream
+    from training.launch.config import compose_config
+
+    env = compose_config("quickstart").env
+    stream = TaskStream(str(mix_path(env.mix)), split="train", seed=0, system_prompt=env.system_prompt,
+                        tokenizer=tokenizer, max_prompt_length=768)
+    try:
+        items = stream.take(first + count)[first:]
+    finally:
+        stream.close()
+    return [tokenizer.decode(tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True,
+                                                           tokenize=True, return_dict=False), skip_special_tokens=True)
+            for item in items]
+
+
+def dumped_prompts(run_dir: Path, step: int) -> list[str]:
+    rows = [json.loads(line) for line in (run_dir / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+    assert len(rows) == PROMPTS * SAMPLES
+    return sorted(set(row["input"] for row in rows))  # n samples per prompt; verl orders rows by random uid
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def trained(request, tmp_path_factory, tiny_run):
+    """Two steps and a checkpoint, then a resumed process for step 3. Returns (run_dir, outputs)."""
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    run_dir = tmp_path_factory.mktemp(f"train_{request.param}")
+    first = train(tiny_run, run_dir, request.param, 2)
+    resumed = train(tiny_run, run_dir, request.param, 3, "trainer.save_freq=3")
+    return run_dir, first, resumed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_tokenizer):
+    run_dir, first, resumed = trained
+    device = "cpu" if "cpu" in run_dir.name else "cuda"
+    ckpt = run_dir / "ckpt"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert (ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+    for step, output in ((1, first), (2, first), (3, resumed)):
+        metrics = step_metrics(output, step)
+        # bypass mode (the CPU default; a GPU run recomputes): the rollout's log-probs are the old ones, so the
+        # first update's ratio to them is 1 exactly when rollout and actor agree
+        if device == "cpu":
+            assert abs(metrics["actor/ppo_kl"]) < 1e-3 and metrics["actor/pg_clipfrac"] == 0.0
+        else:
+            assert metrics["training/rollout_probs_diff_mean"] < 1e-3  # rollout and actor log-probs agree
+        assert metrics["env/samples"] == PROMPTS * SAMPLES and "env/zero_variance_groups" in metrics
+        assert metrics["timing/reward_max"] >= metrics["timing/reward_mean"] > 0
+        assert metrics["actor/grad_norm"] > 0
+    assert "step:1 - " not in resumed  # the new process started from the checkpoint, not from scratch
+    # the report printed after training covers the steps of both processes (steps.jsonl is appended on resume)
+    assert "- training steps: 3 (1-3)" in (ckpt / "report.md").read_text() and "[report] table:" in resumed
+    assert (ckpt / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for step in (1, 2, 3):
+        assert dumped_prompts(run_dir, step) == sorted(expected_prompts(tiny_tokenizer, (step - 1) * PROMPTS, PROMPTS))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_checkpoint_exports_and_evaluates(trained, tmp_path):
+    run_dir, _, _ = trained
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(run_dir / "ckpt"), str(tmp_path / "hf"),
+                             "--dtype", "fp32", "--verify", "--quiet"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert export.returncode == 0, export.stdout[-3000:] + export.stderr[-3000:]
+    assert (tmp_path / "hf" / "config.json").is_file()
+    evaluate = subprocess.run([sys.executable, "evaluation/evaluate_model.py", "--config", "configs/eval/smoke.yaml",
+                               "--model", str(tmp_path / "hf"), "--backend", "hf", "--output", str(tmp_path / "eval"),
+                               "suite.size=2", "suite.composites.mixed.size=2", "sampling.n=1",
+                               "sampling.max_tokens=16", "pass_k=[1]"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert evaluate.returncode == 0, evaluate.stdout[-3000:] + evaluate.stderr[-3000:]
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results and (tmp_path / "eval" / "generations.jsonl").read_text().count("\n") == 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("device", DEVICES)
+def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
+    """DAPO dynamic sampling refills dropped groups from the stream; the curriculum config trains alongside."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    output = train(tiny_run, tmp_path, device, 2, "algorithm.filter_groups.enable=true",
+                   "algorithm.filter_groups.max_num_gen_batches=20",
+                   f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
+                   "trainer.save_freq=-1", config="curriculum_spell_backward")
+    dropped = 0.0
+    for step in (1, 2):
+        metrics = step_metrics(output, step)
+        assert metrics["env/zero_variance_groups"] == 0.0  # verl kept only groups with a signal
+        assert metrics["sampling/dropped_read_failures"] == 0.0  # the groups verl dropped were read before clearing
+        dropped += metrics["sampling/dropped_groups"]
+        assert metrics["env/samples"] == PROMPTS * SAMPLES
+        assert "curriculum/spell_backward/level" in metrics
+    print(f"groups verl dropped and the trainer observed: {dropped:.0f}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
+    """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank."""
+    # bypass off: the old log-probs are recomputed by the sharded actor and compared with the rollout's
+    output = train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+                   "algorithm.rollout_correction.bypass_mode=false",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+                   "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")
+    metrics = step_metrics(output, 1)
+    assert metrics["training/rollout_probs_diff_mean"] < 1e-3 and metrics["env/samples"] == PROMPTS * SAMPLES
+    actor = tmp_path / "ckpt" / "global_step_1" / "actor"
+    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]

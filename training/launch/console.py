@@ -1,0 +1,299 @@
+"""What a training run prints, and where everything else goes (`env.console: quiet|verbose`).
+
+quiet (default): the terminal shows our checks, a bar over the steps, one line per step, validation, the report and
+where the logs are. The driver's own output (verl's, Ray's) goes to `<env.logs_dir>/driver.log`; Ray does not stream
+the workers' output to the driver (`ray_init.log_to_driver=false`): each worker writes to its file in Ray's session
+folder, linked as `<logs>/ray` while the run lives and copied to `<logs>/workers/<actor>-<pid>.{out,err}` when it ends.
+The steps reach the terminal through `<logs>/progress.jsonl` (training/trainer/progress.py), read here by a thread.
+verbose: today's stream, everything on the terminal (the files are written too).
+A failure in any worker ends the run with its last lines and the path of its full log on the terminal, exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+from training.trainer.progress import PROGRESS_FILE
+
+MODES = ("quiet", "verbose")
+TAIL_LINES = 25
+
+
+class TrainingFailed(Exception):
+    """A worker (or the driver) failed during training; the message says where and which log has the rest."""
+
+
+def console_mode(cfg: DictConfig) -> str:
+    """Returns env.console, checked."""
+    mode = str(cfg.env.get("console", "quiet"))
+    if mode not in MODES:
+        raise ValueError(f"env.console={mode!r}: use quiet (our lines only; verl's in files under env.logs_dir) "
+                         "or verbose (everything on the terminal)")
+    return mode
+
+
+def route_logs(cfg: DictConfig) -> Path:
+    """Makes env.logs_dir absolute, puts TensorBoard's event files under the run directory (verl reads
+    TENSORBOARD_DIR), and in quiet mode keeps the workers' output off the driver. Returns the logs folder."""
+    mode = console_mode(cfg)
+    logs = Path(str(cfg.env.get("logs_dir") or Path(str(cfg.trainer.default_local_dir)) / "logs")).absolute()
+    with open_dict(cfg):
+        cfg.env.logs_dir = str(logs)
+        env_vars = dict(cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars") or {})
+        env_vars.setdefault("TENSORBOARD_DIR", str(tensorboard_dir(cfg)))
+        cfg.ray_kwargs.ray_init.setdefault("runtime_env", {})
+        cfg.ray_kwargs.ray_init.runtime_env.env_vars = env_vars
+        if mode == "quiet" and cfg.ray_kwargs.ray_init.get("log_to_driver") is None:
+            cfg.ray_kwargs.ray_init.log_to_driver = False
+    return logs
+
+
+def tensorboard_dir(cfg: DictConfig) -> Path:
+    return Path(str(cfg.trainer.default_local_dir)).absolute() / "tensorboard"
+
+
+def ray_logs_dir() -> Path | None:
+    """Ray's session log folder of this driver (private API, read only; None when it cannot be found)."""
+    try:
+        import ray._private.worker as ray_worker
+
+        return Path(ray_worker._global_node.get_logs_dir_path())
+    except Exception:  # noqa: BLE001 - a missing link must never stop a run
+        return None
+
+
+def actor_of(path: Path) -> str:
+    """The actor or task name Ray writes at the top of a worker's log (`:actor_name:X`), else 'worker'."""
+    try:
+        with open(path, errors="replace") as log:
+            for _, line in zip(range(5), log):
+                if line.startswith((":actor_name:", ":task_name:")):
+                    return line.split(":", 2)[2].strip() or "worker"
+    except OSError:
+        pass
+    return "worker"
+
+
+def collect_worker_logs(ray_logs: Path | None, logs: Path) -> dict[int, Path]:
+    """Copies this session's worker logs to `<logs>/workers/<actor>-<pid>.{out,err}`; returns {pid: .err path}."""
+    copied: dict[int, Path] = {}
+    if ray_logs is None or not ray_logs.is_dir():
+        return copied
+    target = logs / "workers"
+    sources = [p for p in sorted(ray_logs.glob("worker-*")) if p.suffix in (".out", ".err") and p.stat().st_size]
+    names: dict[int, str] = {}  # Ray marks the actor's name in one of its two files
+    for source in sources:
+        name = actor_of(source)
+        if name != "worker":
+            names[int(source.stem.rsplit("-", 1)[-1])] = name
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            pid = int(source.stem.rsplit("-", 1)[-1])
+            dest = target / f"{names.get(pid, 'worker')}-{pid}{source.suffix}"
+            shutil.copyfile(source, dest)
+            if source.suffix == ".err" or pid not in copied:
+                copied[pid] = dest
+    except OSError as err:  # a full disk (often the run's own fault): the logs stay where Ray wrote them
+        print(f"[logs] could not copy the worker logs to {target} ({err.strerror}); they stay in {ray_logs}",
+              file=sys.stderr)
+        return {int(p.stem.rsplit("-", 1)[-1]): p for p in sources if p.suffix == ".err"}
+    link = logs / "ray"
+    if link.is_symlink():
+        link.unlink()
+    return copied
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log: Path | None,
+                    error_log: Path | None = None) -> str:
+    """The terminal's account of a failed run: what failed, its last lines, and the file with all of it."""
+    log, cause, seen = None, err, 0
+    while cause is not None and seen < 10:  # a worker's error arrives wrapped in its callers': take the deepest
+        pid = getattr(cause, "pid", None)
+        if isinstance(pid, int) and pid in worker_logs:
+            log, err = worker_logs[pid], cause
+        cause, seen = getattr(cause, "cause", None) or cause.__cause__, seen + 1
+    for pid in reversed(re.findall(r"\bpid=(\d+)", str(err)) if log is None else []):
+        if int(pid) in worker_logs:  # Ray names each worker it passed through, `ray::Actor.method() (pid=N, ...)`
+            log = worker_logs[int(pid)]
+            break
+    if log is None:  # else the worker whose log holds the error's last line, the deepest caller last
+        last = next((line.strip() for line in reversed(str(err).strip().splitlines()) if line.strip()), "")[:200]
+        holders = [path for path in dict.fromkeys(worker_logs.values())
+                   if last and last in path.read_text(errors="replace")] if last else []
+        holders.sort(key=lambda path: "TaskRunner" in path.name)
+        log = holders[0] if holders else None
+    actors = re.findall(r"ray::(\w+)\.", str(err))
+    if log is None and actors:  # else the log of the last actor Ray names
+        log = next((path for path in worker_logs.values() if path.name.startswith(actors[-1] + "-")), None)
+    text = str(err).strip().splitlines()
+    head = f"[train] training failed: {type(err).__name__}" + (f" in {getattr(err, 'function_name', '')}"
+                                                              if getattr(err, "function_name", None) else "")
+    body = "\n".join(text[-TAIL_LINES:])
+    where = f"full log of that worker: {log}" if log else f"worker logs: {next(iter(worker_logs.values())).parent}" \
+        if worker_logs else "worker logs: Ray's session folder (/tmp/ray/session_latest/logs)"
+    if error_log:
+        where += f"\n[train] the whole traceback: {error_log}"
+    if driver_log:
+        where += f"\n[train] driver log: {driver_log}"
+    return f"{head}\n{body}\n[train] {where}"
+
+
+class ProgressPrinter(threading.Thread):
+    """Reads progress.jsonl as the trainer appends to it; draws a bar over the steps and one line per event."""
+
+    def __init__(self, path: Path, stream, started: float):
+        super().__init__(daemon=True, name="rg-grpo-progress")
+        self.path, self.stream, self.started = path, stream, started
+        self.stop_event = threading.Event()
+        self.bar = None
+        self.first_step_seconds: float | None = None
+
+    def run(self):
+        position, linked = 0, False
+        while True:
+            stopping = self.stop_event.is_set()
+            if not linked and ray_logs_dir() is not None:
+                linked = link_ray_logs(self.path.parent)
+            position = self.read_from(position)
+            if stopping:
+                break
+            if self.bar is not None:
+                self.bar.refresh()  # the elapsed time moves during a long step
+            self.stop_event.wait(1.0)
+        if self.bar is not None:
+            self.bar.close()
+
+    def read_from(self, position: int) -> int:
+        try:
+            with open(self.path, encoding="utf-8") as events:
+                events.seek(position)
+                for line in iter(events.readline, ""):
+                    if not line.endswith("\n"):
+                        break
+                    position += len(line.encode("utf-8"))
+                    self.show(json.loads(line))
+        except (OSError, ValueError):
+            pass
+        return position
+
+    def write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        if self.bar is not None:
+            tqdm.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def show(self, event: dict) -> None:
+        from tqdm import tqdm
+
+        kind, step, total = event.get("kind"), int(event.get("step", 0)), int(event.get("total", 0))
+        since = float(event.get("time", time.time())) - self.started
+        if kind == "ready":
+            self.write(f"[train] workers ready {since:.0f} s after launch; "
+                       f"{'validating, then ' if event.get('validate_first') else ''}training {total} step(s)")
+        elif kind == "validating":
+            self.write(f"[val] validating on {event.get('items', '?')} items ...")
+        elif kind == "train_begin":
+            self.bar = self.bar or tqdm(total=total, initial=step - 1, desc="steps", file=self.stream,
+                                        dynamic_ncols=True)
+        elif kind == "validation":
+            when = "before training" if step == 0 else f"at step {step}"
+            self.write(f"[val] {when}: accuracy {event['val_accuracy']:.3f} "
+                       f"(mean of {event['val_sources']} task(s)), {since:.0f} s after launch")
+        elif kind == "step":
+            if self.bar is None:
+                self.bar = tqdm(total=total, initial=step - 1, desc="steps", file=self.stream, dynamic_ncols=True)
+            self.write(f"[step {step}/{total}] reward {event.get('reward', float('nan')):.3f}  accuracy "
+                       f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
+                       f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
+                       f"  {event.get('tokens_per_second', 0):.0f} tok/s")
+            self.bar.update(step - self.bar.n)
+            if "val_accuracy" in event:
+                self.show({**event, "kind": "validation"})
+
+
+@contextmanager
+def driver_console(cfg: DictConfig, started: float):
+    """Around the training launch: in quiet mode the driver's fd 1/2 go to `<logs>/driver.log` while our lines go
+    to the terminal; the progress thread runs in both modes. Worker logs are collected at the end; a failure
+    becomes TrainingFailed with its summary. Yields the logs folder."""
+    logs = Path(str(cfg.env.logs_dir))
+    logs.mkdir(parents=True, exist_ok=True)
+    progress = logs / PROGRESS_FILE
+    progress.unlink(missing_ok=True)
+    quiet = console_mode(cfg) == "quiet"
+    driver_log = logs / "driver.log" if quiet else None
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    if quiet:
+        with open(driver_log, "a") as log:
+            os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+    printer = ProgressPrinter(progress, terminal, started)
+    printer.start()
+    failure: BaseException | None = None
+    try:
+        yield logs
+    except BaseException as err:  # noqa: BLE001 - summarised below, then raised as TrainingFailed
+        failure = err
+    finally:
+        printer.stop_event.set()
+        printer.join(timeout=5)
+        ray_logs = ray_logs_dir()
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+        os.close(saved[0]), os.close(saved[1])
+        terminal.close()
+        worker_logs = collect_worker_logs(ray_logs, logs)
+    if failure is not None:
+        if isinstance(failure, KeyboardInterrupt):
+            raise failure
+        error_log = logs / "error.log"
+        try:
+            error_log.write_text(f"{type(failure).__name__}: {failure}\n")
+        except OSError:
+            error_log = None
+        raise TrainingFailed(failure_summary(failure, worker_logs, driver_log, error_log)) from failure
+
+
+def link_ray_logs(logs: Path) -> bool:
+    """While the run lives, `<logs>/ray` points at Ray's session log folder (called once Ray has started)."""
+    source = ray_logs_dir()
+    link = logs / "ray"
+    if source is None:
+        return False
+    try:
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(source, target_is_directory=True)
+    except OSError:
+        pass
+    return True
+
+
+def where_logs_are(cfg: DictConfig) -> str:
+    """The console's last lines: where the files of this run are."""
+    logs = Path(str(cfg.env.logs_dir))
+    lines = [f"[logs] verl, Ray and worker output: {logs} (driver.log, workers/)"]
+    if "tensorboard" in list(cfg.trainer.get("logger") or []):
+        lines.append(f"[logs] TensorBoard: tensorboard --logdir {tensorboard_dir(cfg)}")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""What a run does when one of its processes dies: recover where that loses nothing, else stop and name the cause.
+
+- Reward workers (verl's `RewardLoopWorker` actors, rule-based scoring) hold no state a restart loses, so they are
+  restartable: Ray restarts a killed one (up to REWARD_WORKER_RESTARTS times) and retries the scoring calls it had in
+  flight, so no response is lost or scored 0 because its scorer died. verl creates them without restart options and
+  offers no hook for it; `RestartingRewardLoopManager` sets them (patch 4 in the README, pinned by
+  tests/training/trainer/test_faults.py), installed in the TaskRunner process by training.trainer.trainer.
+- Samples verl drops because their session failed are counted per step (`reliability/failed_samples`); a step that
+  loses more than `env.reliability.max_failed_fraction` of its batch stops the run (FailedSamples).
+- When a step raises, `dead_actors` pings the rollout servers and reward workers, so the error names what died
+  rather than verl's downstream symptom (e.g. its replay buffer's "no materializable trajectories").
+- In the driver, `explain` turns the error that ended `fit` into one paragraph: what died (or that the disk is full)
+  and the command that resumes from the last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import ray
+import ray.util.scheduling_strategies
+from verl.experimental.reward_loop import reward_loop as verl_reward_loop
+
+REWARD_WORKER_RESTARTS = 3  # per worker; past that its calls fail and the failed-sample check stops the run
+PING_SECONDS = 10.0
+DISK_WORDS = ("No space left on device", "unexpected pos", "Disk quota exceeded", "file write failed")
+
+
+class FailedSamples(RuntimeError):
+    """A step lost more samples than env.reliability.max_failed_fraction allows."""
+
+
+class RestartingRewardLoopManager(verl_reward_loop.RewardLoopManager):
+    """verl's RewardLoopManager whose reward workers Ray restarts, retrying their in-flight calls."""
+
+    def _init_reward_loop_workers(self):
+        """verl's loop (one worker per reward.num_workers, round-robin over the nodes with CPUs), with two changes:
+        Ray restarts the workers, and their constructor arguments are objects this manager holds. A restart re-runs
+        __init__ with the creation arguments, and the config (over Ray's 100 KiB inline limit, so put in the object
+        store for the first creation) had been freed by then: the restarted worker died with
+        ReferenceCountingAssertionError and every retried call with it."""
+        self.reward_loop_workers_class = ray.remote(max_restarts=REWARD_WORKER_RESTARTS, max_task_retries=-1)(
+            verl_reward_loop.RewardLoopWorker)
+        self._held_worker_args = (ray.put(self.config), ray.put(self.reward_router_address))
+        nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+        self.reward_loop_workers = [
+            self.reward_loop_workers_class.options(
+                name=f"reward_loop_worker_{i}",
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=nodes[i % len(nodes)], soft=True),
+            ).remote(*self._held_worker_args)
+            for i in range(self.config.reward.num_workers)
+        ]
+
+
+def install_restartable_reward_workers() -> None:
+    """Makes verl's v1 trainer build RestartingRewardLoopManager (it looks the name up in its module at init)."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    trainer_base.RewardLoopManager = RestartingRewardLoopManager
+
+
+def failed_samples(expected: int, trained: int) -> int:
+    """Samples a step sampled but does not train on (verl pads failed sessions out of the batch)."""
+    return max(0, expected - trained)
+
+
+def check_failed_samples(failed: int, expected: int, max_fraction: float, dead: list[str]) -> None:
+    """Raises FailedSamples when `failed` of `expected` exceeds `max_fraction`, naming `dead` actors if any."""
+    if expected and failed / expected > max_fraction:
+        cause = f"; dead: {', '.join(dead)}" if dead else "; no rollout server or reward worker is dead (see the logs)"
+        raise FailedSamples(f"this step lost {failed} of its {expected} samples (their sessions failed) > "
+                            f"env.reliability.max_failed_fraction={max_fraction:g}{cause}. The step was not "
+                            "trained on a short batch; fix the cause and resume")
+
+
+def dead_actors(trainer) -> list[str]:
+    """Pings the run's rollout servers and reward workers; returns a description of each one that is dead."""
+    handles = []
+    for index, replica in enumerate(trainer.llm_server_manager.get_replicas()):
+        handles += [(f"rollout server {index} ({type(replica).__name__})", server) for server in replica.servers]
+    for index, worker in enumerate(trainer.reward_loop_manager.reward_loop_workers):
+        handles.append((f"reward worker {index} (RewardLoopWorker)", worker))
+    refs = {name: handle.__ray_ready__.remote() for name, handle in handles}
+    dead = []
+    for name, ref in refs.items():
+        try:
+            ray.get(ref, timeout=PING_SECONDS)
+        except ray.exceptions.RayActorError as err:
+            dead.append(f"{name}: {str(err).splitlines()[0][:200]}")
+        except ray.exceptions.GetTimeoutError:
+            dead.append(f"{name}: no answer within {PING_SECONDS:g} s")
+    return dead
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command that continues this run (trainer.resume_mode=auto resumes from the latest complete checkpoint)."""
+    argv = list(sys.argv if argv is None else argv)
+    return " ".join(shlex.quote(part) for part in ["python", *argv])
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True when `err` (or what it wraps, also as Ray's text) says the disk is full."""
+    text = str(err)
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return any(word in text for word in DISK_WORDS)
+
+
+def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = None) -> str:
+    """One paragraph for the console: what stopped training and the command that resumes it."""
+    where = Path(checkpoint_dir)
+    if is_disk_full(err):
+        probe = next((p for p in (where, *where.parents) if p.exists()), Path("."))
+        usage = shutil.disk_usage(probe)
+        cause = (f"the disk holding {where} is full ({usage.free / 2**20:.0f} MiB free of {usage.total / 2**30:.1f} "
+                 "GiB) while a checkpoint was written; free space there (or point trainer.default_local_dir at a "
+                 "larger disk, lower trainer.max_actor_ckpt_to_keep), then resume. The half-written step is not "
+                 "resumed from: latest_checkpointed_iteration.txt still names the last complete one")
+    else:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
+                      if any(marker in line.lower() for line in lines)), [])
+        cause = (named or lines or [type(err).__name__])[-1][:600]
+    return f"[fault] training stopped: {cause}\n[fault] to resume from the last checkpoint: {resume_command(argv)}"

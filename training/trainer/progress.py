@@ -1,0 +1,80 @@
+"""The run's progress as events in a file, for the driver's console (training/launch/console.py).
+
+verl logs every step's metrics through its `Tracking` object (`trainer.logger`), in the Ray task runner's process;
+the driver, whose terminal the person watches, is another process. `ProgressTracking` wraps verl's Tracking: every
+`log()` still reaches verl's backends, and a few numbers of it are appended as one JSON line to
+`<env.logs_dir>/progress.jsonl`, which the driver reads. The trainer installs it where verl assigns `self.logger`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+PROGRESS_FILE = "progress.jsonl"
+STEP_KEYS = {  # console name -> verl / env metric
+    "reward": "env/reward",
+    "accuracy": "env/accuracy",
+    "zero_variance": "env/zero_variance_groups",
+    "response_tokens": "response_length/mean",
+    "step_seconds": "timing_s/step",
+    "tokens_per_second": "perf/throughput",
+    "gen_seconds": "timing_s/gen",
+}
+VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
+
+
+def validation_accuracy(metrics: dict) -> tuple[float, int] | None:
+    """Returns (mean accuracy over the validation's data sources, number of sources) from verl's val-core metrics."""
+    best: dict[str, tuple[int, float]] = {}
+    for key, value in metrics.items():
+        match = VAL_ACCURACY.match(key)
+        if match:
+            n = int(match["n"])
+            if match["source"] not in best or n < best[match["source"]][0]:
+                best[match["source"]] = (n, float(value))
+    if not best:
+        return None
+    return sum(v for _, v in best.values()) / len(best), len(best)
+
+
+def progress_event(data: dict, step: int, total: int) -> dict | None:
+    """Returns the console's event for one verl `log()` call: a training step, a validation, or None."""
+    event: dict = {"step": int(step), "total": int(total), "time": time.time()}
+    if "timing_s/step" in data:
+        event["kind"] = "step"
+        event.update({name: float(data[key]) for name, key in STEP_KEYS.items() if key in data})
+    val = validation_accuracy(data)
+    if val is not None:
+        event["val_accuracy"], event["val_sources"] = val
+        event.setdefault("kind", "validation")
+    return event if "kind" in event else None
+
+
+def append_event(path: Path, event: dict) -> None:
+    """Appends one event line (opened per write: a reader never sees half a line buffered away)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(event) + "\n")
+
+
+class ProgressTracking:
+    """verl's Tracking, plus one event line per step or validation in `path`. Everything else is delegated."""
+
+    def __init__(self, tracking, path: Path, total_steps: int):
+        self._tracking, self._path, self._total = tracking, Path(path), int(total_steps)
+
+    def log(self, data, step, backend=None):
+        self._tracking.log(data=data, step=step, backend=backend)
+        if backend is None:
+            try:
+                event = progress_event(data, step, self._total)
+                if event:
+                    append_event(self._path, event)
+            except (OSError, TypeError, ValueError):  # the console is a view: training goes on without it
+                pass
+
+    def __getattr__(self, name):
+        return getattr(self._tracking, name)

@@ -1,0 +1,26 @@
+"""The Ray task runner: verl's TaskRunnerV1 with our trainer importable inside its actor.
+
+verl's `main_ppo` runs TaskRunnerV1 as a Ray actor, and `get_trainer_cls(trainer.v1.trainer_mode)` looks the name
+up in that actor's process, where nothing has imported our module. Registering in the driver is not enough. This
+subclass lives in an importable module, so Ray imports it (and, through it, training.trainer.trainer) in the actor; `run`
+imports it again explicitly before handing over to verl.
+"""
+
+from __future__ import annotations
+
+import ray
+from verl.trainer.main_ppo import TaskRunnerV1
+
+import training.trainer.trainer  # noqa: F401  (registers the `reasoning_gym` trainer in this process)
+
+
+class _ReasoningGymTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    """verl's TaskRunnerV1; only makes sure the trainer registry holds our trainer first."""
+
+    def run(self, config):
+        import training.trainer.trainer  # noqa: F401
+
+        return super().run(config)
+
+
+ReasoningGymTaskRunner = ray.remote(_ReasoningGymTaskRunner)

@@ -1,0 +1,316 @@
+"""Our verl trainer: verl's synchronous v1 trainer, fed by the envs task stream, with per-task metrics and curriculum.
+
+Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mode=reasoning_gym`). What it changes:
+- `_init_dataloader` (the one private method replaced; verl's needs a dataset with len()): the stream and the fixed
+  validation list become StatefulDataLoaders, so verl's checkpoint saves the stream state (with the curriculum) in
+  `global_step_N/data.pt` and `trainer.resume_mode=auto` continues the stream where it stopped;
+- `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics,
+  feed the curriculum and the task sampler (envs.sampler) and dump a few groups with their reward fields
+  (training/trainer/generations.py, `env.dump`), before verl saves the checkpoint of that step;
+- under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`, which reads
+  the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there).
+Everything else, hooks included, is verl's PPOTrainerSync.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
+
+from training.trainer.data import (
+    build_train_dataloader,
+    build_train_stream,
+    build_val_dataloader,
+    build_validation_items,
+)
+from training.trainer.faults import (
+    FailedSamples,
+    check_failed_samples,
+    dead_actors,
+    failed_samples,
+    install_restartable_reward_workers,
+)
+from training.trainer.generations import DumpSettings, dump_step
+from training.trainer.metrics import (
+    curriculum_metrics,
+    env_metrics,
+    groups_by_task,
+    record_from_reward,
+    reward_extra_info,
+    scores_by_task,
+    zero_variance_fraction,
+)
+from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event
+from training.trainer.rendezvous import choose_port_range, rendezvous_ports
+
+TRAINER_NAME = "reasoning_gym"
+VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
+logger = logging.getLogger(__name__)
+install_restartable_reward_workers()  # this module is imported in the TaskRunner actor, before verl's trainer inits
+
+
+def needs_exact_refill(config: DictConfig) -> bool:
+    """True when verl refills prompts one at a time (dynamic sampling or failed-group refill): gen batch of 1."""
+    filter_groups = config.algorithm.get("filter_groups") or {}
+    sampler = config.trainer.v1.get("sampler") or {}
+    return bool(filter_groups.get("enable", False) or sampler.get("sync_refill_failed_groups", False))
+
+
+class GuardedReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer that shows the trainer each sampled batch before it is trained on (`guard`), so that
+    a batch short of failed samples stops the run instead of training (training/trainer/faults.py)."""
+
+    guard = None  # callable(batch, metrics), set by the trainer
+
+    def sample(self, *args, **kwargs):
+        batch, metrics = super().sample(*args, **kwargs)
+        if self.guard is not None:
+            self.guard(batch, metrics)
+        return batch, metrics
+
+
+class ObservingReplayBuffer(GuardedReplayBuffer):
+    """verl's sync replay buffer that shows the trainer each finished training group before verl clears it.
+
+    Under dynamic sampling (algorithm.filter_groups.enable) verl evicts the groups whose scores are all equal
+    (`_evict_terminal_groups`) and, once it has enough groups, discards the surplus (`sample`); both go through
+    `_clear_groups(partition_id, uids)`, which deletes them from TransferQueue (`tq.kv_clear`). Those groups never
+    reach `step()`'s batch, yet they are exactly what a learnability signal must see (the flat groups) and what the
+    curriculum must see (the all-correct groups that tell it to promote). verl has no public hook between the decision
+    and the clear, and its public `sample()` returns only counts per reward value, not which task a group belonged
+    to; the custom_sampler config hook would replace the whole buffer and drop verl's own filter settings. So this
+    class overrides the one private method, reads the groups' responses while they are still stored, and then calls
+    verl's. The contract test in tests/training/trainer/test_trainer.py pins the code it relies on (signature, trajectory key format
+    `{uid}_{i}`, the two callers). Failed groups (a session errored: partial, possibly unscored) are not observed.
+    """
+
+    observer = None  # callable(trajectory keys, partition_id), set by the trainer
+
+    def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
+        if self.observer is not None and partition_id == "train" and uids:
+            finished = set(uids) & self.finished_keys[partition_id]
+            keys = sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in finished)
+            if keys:
+                self.observer(keys, partition_id)
+        super()._clear_groups(partition_id, uids)
+
+
+@register_trainer(TRAINER_NAME)
+class ReasoningGymTrainer(PPOTrainerSync):
+    """verl's sync trainer on the Reasoning Gym task stream (reads env.*, data.*, trainer.total_training_steps)."""
+
+    def __init__(self, config: DictConfig):
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = VERL_MODE
+        super().__init__(config)
+        # verl's replay buffer checks for a finished rollout batch every `poll_interval` (2 s by default), so a
+        # step's generation time rounds up to it; a short poll costs one small TransferQueue query per period.
+        self.replay_buffer.poll_interval = float(config.env.get("poll_seconds", 0.05))
+        self.dump_settings = DumpSettings.from_config(config)
+        self._dropped_records: list = []  # responses of groups verl dropped during this step (ObservingReplayBuffer)
+        self.dropped_read_failures = 0
+        self.failed_samples_total = 0
+        reliability = config.env.get("reliability") or {}
+        self.max_failed_fraction = float(reliability.get("max_failed_fraction", 0.0))
+        if type(self.replay_buffer) is ReplayBuffer:  # same object and state, methods added
+            self.replay_buffer.__class__ = ObservingReplayBuffer if needs_exact_refill(config) else GuardedReplayBuffer
+            self.replay_buffer.observer = self._observe_dropped if needs_exact_refill(config) else None
+            self.replay_buffer.guard = self._guard_batch
+
+    def _guard_batch(self, batch, metrics: dict) -> None:
+        """Counts the samples of a training batch that verl dropped (failed sessions); stops past the threshold."""
+        if batch.partition_id != "train":
+            return
+        rollout = self.config.actor_rollout_ref.rollout
+        expected = int(self.config.data.train_batch_size) * int(rollout.n) // self.parameter_sync_step
+        failed = failed_samples(expected, sum(not tag.get("is_padding", False) for tag in batch.tags))
+        self.failed_samples_total += failed
+        metrics["reliability/failed_samples"] = float(failed)
+        metrics["reliability/failed_samples_total"] = float(self.failed_samples_total)
+        if failed:
+            logger.warning("step %s: %d of %d samples failed", getattr(self, "global_steps", "?"), failed, expected)
+            check_failed_samples(failed, expected, self.max_failed_fraction,
+                                 dead_actors(self) if failed / expected > self.max_failed_fraction else [])
+
+    def init(self):
+        """verl's init, with the training ranks' rendezvous port taken from a safe range (training/trainer/rendezvous.py)."""
+        port_range = choose_port_range(self.config.env.get("rendezvous_ports"))
+        logger.info("rendezvous ports %s", port_range)
+        with rendezvous_ports(port_range):
+            super().init()
+
+    # The console (training/launch/console.py) follows the run through <env.logs_dir>/progress.jsonl: verl's Tracking,
+    # assigned to self.logger in fit(), is wrapped to append each step's numbers; the hooks add the phases.
+    @property
+    def logger(self):
+        return self.__dict__.get("_tracking")
+
+    @logger.setter
+    def logger(self, tracking):
+        self.__dict__["_tracking"] = ProgressTracking(tracking, self._progress_path(), self.total_training_steps)
+
+    def _progress_path(self):
+        from pathlib import Path
+
+        return Path(str(self.config.env.get("logs_dir") or "logs")) / PROGRESS_FILE
+
+    def _progress(self, kind: str, **fields) -> None:
+        try:
+            append_event(self._progress_path(), {"kind": kind, "step": int(getattr(self, "global_steps", 0)),
+                                                 "total": int(self.total_training_steps), "time": time.time(),
+                                                 **fields})
+        except OSError:
+            logger.warning("could not write the console's progress file", exc_info=True)
+
+    def on_init_end(self):
+        super().on_init_end()
+        self._progress("ready", validate_first=bool(self.config.trainer.get("val_before_train", True)))
+
+    def on_validate_begin(self):
+        super().on_validate_begin()
+        self._progress("validating", items=len(self.val_dataset))
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self._progress("train_begin")
+
+    def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
+        """Reads the responses of groups verl is about to clear; they count at this step's feedback."""
+        try:
+            records, _ = read_records(keys, partition_id)
+        except Exception:  # a lost observation must not stop training; it is counted and logged
+            self.dropped_read_failures += 1
+            logger.warning("could not read %d dropped responses before verl cleared them", len(keys), exc_info=True)
+            return
+        self._dropped_records.extend(records)
+
+    def _init_dataloader(self):
+        """Builds the stream and validation loaders; sets what verl's version sets (pinned by a contract test)."""
+        config = self.config
+        steps = config.trainer.get("total_training_steps")
+        if not steps or int(steps) < 1:
+            raise ValueError("trainer.total_training_steps must be set (>= 1): a task stream has no epochs")
+        if needs_exact_refill(config):
+            with open_dict(config):
+                config.data.gen_batch_size = 1
+        gen_batch_size = config.data.get("gen_batch_size") or config.data.train_batch_size
+        self.train_dataset = build_train_stream(config, self.tokenizer)
+        self.val_dataset = build_validation_items(config, self.tokenizer)
+        self.train_dataloader = build_train_dataloader(self.train_dataset, int(gen_batch_size))
+        self.train_dataloader_it = None
+        self.val_dataloader = build_val_dataloader(self.val_dataset)
+        self.total_training_steps = int(steps)
+        self.steps_per_epoch = self.total_training_steps  # one pass of the loop; the stream never ends
+        with open_dict(config):
+            config.trainer.total_epochs = 1
+            optim_steps = self.total_training_steps * self.parameter_sync_step
+            if OmegaConf.select(config, "actor_rollout_ref.actor.optim"):
+                config.actor_rollout_ref.actor.optim.total_training_steps = optim_steps
+            if OmegaConf.select(config, "critic.optim"):
+                config.critic.optim.total_training_steps = optim_steps
+        logger.info("task stream ready: %d steps, gen batch %s, %d validation items",
+                    self.total_training_steps, gen_batch_size, len(self.val_dataset))
+
+    def step(self, metrics: dict, timing_raw: dict):
+        """verl's step, then env metrics and curriculum feedback from the step's scored responses. A step that
+        raises names the rollout servers and reward workers that are dead (training/trainer/faults.py)."""
+        with self._naming_dead_actors():
+            batch = super().step(metrics, timing_raw)
+        with marked_timer("env_feedback", timing_raw, color="cyan"):
+            metrics.update(self.env_feedback(batch))
+        return batch
+
+    def on_step_end(self):
+        """verl's (the weight sync to the rollout servers), naming dead actors when it fails like a step does."""
+        with self._naming_dead_actors():
+            super().on_step_end()
+
+    @contextmanager
+    def _naming_dead_actors(self):
+        """Re-raises an error of the block as "step N failed; dead: ..." when a rollout server or reward worker is
+        dead, so the console's [fault] line says what died; other errors (and FailedSamples) pass unchanged."""
+        try:
+            yield
+        except FailedSamples:
+            raise
+        except Exception as err:
+            try:
+                dead = dead_actors(self)
+            except Exception:  # noqa: BLE001 - the diagnosis must never hide the step's own error
+                logger.warning("could not check which actors are alive", exc_info=True)
+                dead = []
+            if dead:
+                step = getattr(self, "global_steps", "?")
+                raise RuntimeError(f"step {step} failed; dead: {'; '.join(dead)}") from err
+            raise
+
+    def env_feedback(self, batch) -> dict[str, float]:
+        """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
+        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        records, reward_timing = read_records(keys, batch.partition_id) if keys else ([], {})
+        dropped, self._dropped_records = self._dropped_records, []
+        metrics = self.apply_feedback(records, dropped)
+        metrics.update(reward_timing)
+        if keys:
+            start = time.perf_counter()
+            dump_step(self.dump_settings, getattr(self, "global_steps", 0), keys, records, batch.partition_id,
+                      self.tokenizer)
+            metrics["timing/generation_dump"] = time.perf_counter() - start
+        return metrics
+
+    def apply_feedback(self, records, dropped=()) -> dict[str, float]:
+        """Feeds the step's groups to the curriculum (accuracies) and the task sampler (group scores); returns env/*
+        (of the trained batch), curriculum/*, sampling/* and timing/data metrics.
+
+        `dropped`: responses of groups verl generated and scored this step but dropped (dynamic sampling). They are
+        observations like the others: the curriculum and the sampler see every scored group, and
+        sampling/observed_zero_variance_groups is the flat share over all of them (env/zero_variance_groups is the
+        trained batch's, about 0 under dynamic sampling). New sampler weights apply from the next prompt drawn.
+        """
+        observed = [*records, *dropped]
+        curriculum, sampler = self.train_dataset.curriculum, self.train_dataset.sampler
+        moved = curriculum.update(scores_by_task(observed))
+        if moved:
+            logger.info("curriculum moved at step %s: %s", getattr(self, "global_steps", "?"), moved)
+        sampler.update(groups_by_task(observed))
+        if moved:
+            sampler.forget(moved)  # the task's past groups were of another level
+        metrics = env_metrics(records)
+        metrics.update(curriculum_metrics(curriculum.levels()))
+        metrics.update(sampler.metrics())
+        metrics["sampling/observed_zero_variance_groups"] = zero_variance_fraction(observed)
+        metrics["sampling/dropped_groups"] = float(len({(r.task, r.group) for r in dropped}))
+        metrics["sampling/dropped_read_failures"] = float(self.dropped_read_failures)
+        for key, count in sorted(self.train_dataset.stream.stats.items()):
+            metrics[f"env/{key}"] = float(count)  # e.g. env/filtered_long_prompt/<task>, cumulative
+        metrics["timing/data"] = self.train_dataset.pop_seconds()
+        return metrics
+
+
+def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, float]]:
+    """Reads the step's responses from TransferQueue in one query; returns their SampleRecords (uid, extra_info,
+    reward extra info, score, token length) and timing/reward_{mean,max}.
+
+    timing/reward_* are seconds from a response's scoring request to its score (Ray queueing included), as verl's
+    agent loop measured them; scoring overlaps generation, so the max, not a sum, is what compares with the step.
+    Non-tensor fields read by key come back as tensordict `LinkedList`s (no `.tolist()`): read them with list().
+    """
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
+                           select_fields=["uid", "extra_info", "extra_fields", "rm_scores", "responses", "metrics"])
+    scores = data["rm_scores"].sum(dim=1).tolist()
+    lengths = data["responses"].offsets().diff().tolist()
+    uids, extra_infos, extra_fields = list(data["uid"]), list(data["extra_info"]), list(data["extra_fields"])
+    records = []
+    for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
+        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_extra_info(fields), score, length))
+    seconds = [float((m or {}).get("compute_score", 0.0)) for m in list(data["metrics"])]
+    timing = {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)} if seconds else {}
+    return records, timing
