@@ -286,6 +286,10 @@ def report(result: dict) -> str:
             f"{s['steps']} steps, fp32, {s['threads']} torch threads, TRL {result.get('trl', {}).get('trl')}; "
             f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after "
             f"({os.cpu_count()} cores). Wall (start-up included): {walls}. Launch -> first rollout: {launch}.")
+    loads = ", ".join(f"{name} {result[name]['load'][0]:.1f} -> {result[name]['load'][1]:.1f}"
+                      for name in [*arms, "trl"] if result.get(name, {}).get("load"))
+    if loads:  # the machine is shared: an arm run under more load is slower for it
+        head += f" Load average as each arm started -> ended: {loads}."
     parts = [head, step_table([r for rows in [*arms.values(), trl_rows] for r in rows])]
     if trl_rows and arms:
         parts.append(ratio_table(arms, trl_rows))
@@ -313,12 +317,15 @@ def main() -> None:
     result = {"model": args.model, "overrides": overrides, "settings": settings, "load_before": os.getloadavg()[0]}
     print(f"work folder: {workdir}", file=sys.stderr)
     for arm in [a for a in OURS_ARMS if a in args.arms]:
+        load = os.getloadavg()[0]
         steps, wall, first_rollout = run_ours(arm, overrides, workdir)
-        result[arm] = {"steps": steps, "wall_s": wall, "first_rollout_s": first_rollout}
+        result[arm] = {"steps": steps, "wall_s": wall, "first_rollout_s": first_rollout,
+                       "load": [load, os.getloadavg()[0]]}
         print(f"{arm}: {len(steps)} steps in {wall:.0f} s wall (start-up included)", file=sys.stderr)
     if "trl" in args.arms:
+        load = os.getloadavg()[0]
         steps, wall, extra = run_trl(args, settings, workdir)
-        result["trl"] = {"steps": steps, "wall_s": wall, **extra}
+        result["trl"] = {"steps": steps, "wall_s": wall, **extra, "load": [load, os.getloadavg()[0]]}
         print(f"TRL: {len(steps)} steps in {wall:.0f} s wall (start-up included)", file=sys.stderr)
     result["load_after"] = os.getloadavg()[0]
     (workdir / "results.json").write_text(json.dumps(result, indent=1))
