@@ -62,6 +62,9 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
                                                     {"attn_implementation": "sdpa"})
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
         arr.rollout.name = "transformers"
+        if int(arr.model.get("lora_rank", 0) or 0) > 0:
+            # the transformers rollout takes full tensors: verl merges the adapters into them before each sync
+            arr.model.setdefault("lora", {})["merge"] = True
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
         # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a
