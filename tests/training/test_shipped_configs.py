@@ -85,9 +85,10 @@ def varied_length_model(tmp_path_factory, tiny_model_dir) -> Path:
     return folder
 
 
-def launch_overrides(name: str, settings: dict, model: Path, run_dir: Path) -> list[str]:
-    """The overrides of a real run of config `name` at CPU sizes (on top of conftest's TINY_RUN)."""
+def launch_overrides(name: str, settings: dict, model: Path, run_dir: Path, tiny_run: list[str]) -> list[str]:
+    """The overrides of a real run of config `name` at CPU sizes (on top of `tiny_run`, conftest's TINY_RUN)."""
     cfg = composed(name)
+    response_tokens = int(next(o for o in tiny_run if o.startswith("data.max_response_length=")).split("=")[1])
     dynamic = bool(OmegaConf.select(cfg, "algorithm.filter_groups.enable"))
     reward = "always_right" if settings.get("curriculum") and not dynamic else "lucky"
     overrides = [*LAUNCH, f"actor_rollout_ref.model.path={model}", f"reward.custom_reward_function.name={reward}",
@@ -97,7 +98,7 @@ def launch_overrides(name: str, settings: dict, model: Path, run_dir: Path) -> l
     shaping = OmegaConf.select(cfg, "reward.reward_kwargs.overlong_buffer_cfg")
     if shaping is not None and shaping.enable:  # the same share of the (CPU-sized) response length
         share = int(shaping.len) / int(cfg.reward.reward_kwargs.max_resp_len)
-        overrides.append(f"reward.reward_kwargs.overlong_buffer_cfg.len={max(1, round(share * 24))}")
+        overrides.append(f"reward.reward_kwargs.overlong_buffer_cfg.len={max(1, round(share * response_tokens))}")
     if settings.get("curriculum"):  # the shipped thresholds over one group's scores instead of thousands
         mix = dict(OmegaConf.to_container(OmegaConf.load(mix_path(cfg.env.mix))))
         mix["curriculum"] = {**mix["curriculum"], "window": SAMPLES, "min_samples": SAMPLES}
@@ -200,7 +201,7 @@ def check_lora(run_dir: Path, base_dir: Path, tmp_path: Path) -> None:
 def test_config_takes_real_grpo_steps(name, ray_address, varied_length_model, tiny_run, tmp_path):
     settings = step_settings(name)
     print(f"{name} changes the step: {settings}")
-    overrides = launch_overrides(name, settings, varied_length_model, tmp_path)
+    overrides = launch_overrides(name, settings, varied_length_model, tmp_path, tiny_run)
     output = train(tiny_run, tmp_path, "cpu", 1, *overrides, config=name)
     assert f"joining the Ray cluster at {ray_address}" in output
     metrics = step_metrics(output, 1)
