@@ -15,7 +15,7 @@ Each run checks that its metrics are finite and that its settings took effect:
   dumped scores and response lengths, with the config's advantage normalisation and loss aggregation;
 - LoRA: only the adapters moved, and the merged export (utils/load_fsdp_to_hf.py) is base + alpha/r B A, not the base;
 - DAPO's overlong penalty: every response's reward carries exactly the configured penalty of its length;
-- dynamic sampling: every trained group differs in the filter's metric;
+- dynamic sampling: every trained group differs in the filter's metric, dropped groups were observed;
 - a curriculum: a task whose accuracy crossed the shipped threshold moved up a level.
 An untrained tiny model never answers right, so these runs score with tests/noisy_reward.py's `lucky` (half of the
 responses count as right, over the real reward) or, for a curriculum without dynamic sampling, `always_right`; and a
@@ -139,13 +139,17 @@ def check_overlong(cfg, rows: list[dict]) -> None:
           f"in the last {shaping.len} of {top} tokens")
 
 
-def check_dynamic_sampling(cfg, rows: list[dict]) -> None:
-    """Every trained group differs in the filter's metric (verl dropped the flat ones and refilled)."""
+def check_dynamic_sampling(cfg, rows: list[dict], metrics: dict) -> None:
+    """Every trained group differs in the filter's metric (verl dropped the flat ones and refilled from the stream),
+    and the responses of the groups verl dropped were read before it cleared them (they count in the step's
+    feedback). On the CPU this is the test of dynamic sampling through train_grpo.py (test_train.py runs it on CUDA)."""
     key = {"acc": "acc", "reward": "score"}[str(cfg.algorithm.filter_groups.metric)]
     by_group = {}
     for row in rows:
         by_group.setdefault(row["group"], set()).add(row[key])
     assert all(len(values) > 1 for values in by_group.values()), by_group
+    assert metrics["sampling/dropped_read_failures"] == 0.0, metrics
+    print(f"dynamic sampling: verl dropped {metrics['sampling/dropped_groups']:.0f} flat groups and refilled")
 
 
 def check_curriculum(cfg, rows: list[dict], metrics: dict) -> None:
@@ -212,7 +216,7 @@ def test_config_takes_real_grpo_steps(name, ray_address, varied_length_model, ti
     if OmegaConf.select(cfg, "reward.reward_kwargs.overlong_buffer_cfg.enable"):
         check_overlong(cfg, rows)
     if cfg.algorithm.filter_groups.enable:
-        check_dynamic_sampling(cfg, rows)
+        check_dynamic_sampling(cfg, rows, metrics)
     if settings.get("curriculum"):
         check_curriculum(cfg, rows, metrics)
     if "actor_rollout_ref.model.lora_rank" in settings:
