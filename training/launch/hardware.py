@@ -68,6 +68,9 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
         if str(arr.rollout.name) == "vllm":
             arr.rollout.update(VLLM_ON_CPU)
+        if int(arr.model.get("lora_rank", 0) or 0) > 0:
+            # both CPU rollouts take full tensors: verl merges the adapters into them before each sync
+            arr.model.setdefault("lora", {})["merge"] = True
         arr.rollout.tensor_model_parallel_size = 1
         arr.rollout.agent.num_workers = 1
         # one reward worker and one storage unit: each is a process that imports verl (seconds of start-up on a

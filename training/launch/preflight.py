@@ -46,8 +46,11 @@ def draw_prompts(cfg: DictConfig, tokenizer, count: int) -> list[dict]:
     """Returns `count` stream items, fetched the way the trainer fetches them (StatefulDataLoader + verl collate)."""
     from training.trainer.data import build_train_dataloader, build_train_stream
 
-    loader = build_train_dataloader(build_train_stream(cfg, tokenizer), batch_size=count)
-    batch = next(iter(loader))
+    stream = build_train_stream(cfg, tokenizer)
+    try:
+        batch = next(iter(build_train_dataloader(stream, batch_size=count)))
+    finally:  # its producer processes would go on generating ahead in a process that continues (tests, the pipeline)
+        stream.stream.close()
     keys = ["raw_prompt", "data_source", "reward_model", "extra_info", "index"]
     return [{key: batch[key][i] for key in keys} for i in range(count)]
 

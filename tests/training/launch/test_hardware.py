@@ -62,6 +62,16 @@ def test_cpu_backend_config(isolated_backend):
     assert get_device_name() == "cpu"
 
 
+def test_cpu_backend_merges_lora_adapters_before_each_sync():
+    """The transformers rollout takes full tensors (it refuses adapters): verl merges them for it (lora.merge)."""
+    lora = resolve_config(compose_config("lora_algorithmic", ["model=tiny"]), gpu_count=1)
+    apply_cpu_backend(lora)
+    assert lora.actor_rollout_ref.model.lora.merge is True
+    full = resolve_config(compose_config("quickstart", ["model=tiny"]), gpu_count=1)
+    apply_cpu_backend(full)
+    assert not full.actor_rollout_ref.model.lora.merge
+
+
 def test_cpu_overrides_yield_to_the_command_line():
     cfg = compose_config("quickstart")
     applied = apply_cpu_overrides(cfg, command_line={"data.train_batch_size"})
