@@ -17,7 +17,7 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
-from training.trainer.faults import FailedSamples, check_failed_samples, dead_processes, failed_samples
+from training.trainer.faults import FailedSamples, check_failed_samples, dead_processes, failed_samples, fault_summary
 from training.trainer.progress import write_fault
 from training.trainer.watchdog import Watchdog, WatchdogSettings
 
@@ -40,11 +40,17 @@ class FaultHooks:
             super().init()
 
     def fit(self, *args, **kwargs):
+        failed = True
         try:
             with self._naming_dead_processes(None):
-                return super().fit(*args, **kwargs)
+                result = super().fit(*args, **kwargs)
+            failed = False
+            return result
+        except Exception as err:  # recorded before verl's tear-down, which may hang on what failed
+            write_fault(self._logs_dir(), "error", fault_summary(err))
+            raise
         finally:
-            self.watchdog.finish()
+            self.watchdog.finish(failed)
 
     def on_init_end(self):
         super().on_init_end()

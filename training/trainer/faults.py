@@ -109,21 +109,32 @@ def is_disk_full(err: BaseException) -> bool:
     return any(word in text for word in DISK_WORDS)
 
 
+def fault_summary(err: BaseException) -> str:
+    """The line of an error that says what failed: one naming what died or was lost, else its last line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
+                  if any(marker in line.lower() for line in lines)), [])
+    return (named or lines or [type(err).__name__])[-1][:600]
+
+
 def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = None, logs: Path | None = None,
             worker_log: Path | None = None) -> str:
     """The console's fault lines: what stopped training (the recorded fault first), where the whole traceback is,
     and the command that resumes it."""
     where = Path(checkpoint_dir)
     record = read_fault(logs) if logs else None
-    if record:
-        cause = record["text"]
-    elif is_disk_full(err):
+    named = record if record and record["kind"] != "error" else None  # what died or hung, by the trainer's probe
+    if named:
+        cause = named["text"]
+    elif is_disk_full(err) or (record and is_disk_full(RuntimeError(record["text"]))):
         probe = next((p for p in (where, *where.parents) if p.exists()), Path("."))
         usage = shutil.disk_usage(probe)
         cause = (f"the disk holding {where} is full ({usage.free / 2**20:.0f} MiB free of {usage.total / 2**30:.1f} "
                  "GiB) while a checkpoint was written; free space there (or point trainer.default_local_dir at a "
                  "larger disk, lower trainer.max_actor_ckpt_to_keep), then resume. The half-written step is not "
                  "resumed from: latest_checkpointed_iteration.txt still names the last complete one")
+    elif record:  # the trainer's own error, recorded before its tear-down (which may not have ended)
+        cause = record["text"]
     elif isinstance(err, ray.exceptions.RayActorError) and "TaskRunner" in str(err):
         from training.trainer.processes import ray_reason
 
@@ -131,15 +142,12 @@ def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = No
                    None)
         cause = f"the trainer (Ray's task runner{f', pid {pid}' if pid else ''}) died: {ray_reason(err)}"
     else:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
-                      if any(marker in line.lower() for line in lines)), [])
-        cause = (named or lines or [type(err).__name__])[-1][:600]
+        cause = fault_summary(err)
     lines = [f"[fault] training stopped: {cause}"]
     if logs:
         details = (record or {}).get("details")
         lines.append(f"[fault] whole traceback: {Path(logs) / 'error.log'}"
                      + (f"; the trainer's stacks at the hang: {details}" if details else "")
-                     + (f"; full log of that worker: {worker_log}" if worker_log and not record else ""))
+                     + (f"; full log of that worker: {worker_log}" if worker_log and not named else ""))
     lines.append(f"[fault] to resume from the last checkpoint: {resume_command(argv)}")
     return "\n".join(lines)

@@ -119,8 +119,13 @@ def probe(processes: list[RunProcess], timeout: float) -> list[Probe]:
         except Exception:  # noqa: BLE001 - a handle Ray refuses to call is as good as dead
             refs[None] = process
     cpu_before = {p.pid: _cpu_seconds(p.pid) for p in processes if p.local and p.pid}
-    ready, _ = ray.wait([ref for ref in refs if ref is not None], num_returns=len(refs) - (None in refs),
-                        timeout=timeout)
+    pending, deadline = [ref for ref in refs if ref is not None], time.monotonic() + timeout
+    ready: list = []
+    while pending and time.monotonic() < deadline:  # no need to wait the timeout out for a stopped process
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(0.5, deadline - time.monotonic()))
+        ready += done
+        if all(_stopped(refs[ref]) for ref in pending):
+            break
     probes = []
     for ref, process in refs.items():
         if ref is None:
@@ -154,6 +159,14 @@ def _silent(process: RunProcess, cpu_before: float | None) -> Probe:
     if cpu_before is not None and cpu_after is not None and cpu_after - cpu_before > 0.05:
         return Probe(process, SILENT, "busy (it used CPU time meanwhile)", busy=True)
     return Probe(process, SILENT, f"no answer and no CPU time used meanwhile (process state: {status})")
+
+
+def _stopped(process: RunProcess) -> bool:
+    try:
+        return bool(process.local and process.pid) and psutil.Process(process.pid).status() in (
+            psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 def _cpu_seconds(pid: int) -> float | None:

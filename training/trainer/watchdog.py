@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 PING_SECONDS = 10.0  # how long a process may take to answer once the bound has passed
 CENSUS_SECONDS = 5.0  # how long the census at each step waits for pids (a busy one answers at a later step)
-GRACE_SECONDS = 20.0  # after a fault, how long verl may take to unwind before the process ends itself
+GRACE_SECONDS = 10.0  # after a fault, how long verl may take to unwind before the process ends itself
 
 
 @dataclass
@@ -97,6 +97,7 @@ class Watchdog:
         self.signature, self.seen, self.recount, self.producer_hangs = None, 0, False, 0
         self.probes = 0  # probes of the current stall
         self.faulted_at: float | None = None
+        self.resting = False  # training is over and succeeded: nothing to watch
         self.done = threading.Event()
         self.trainer_thread = threading.get_ident()
         self.known: dict[str, tuple[int | None, bool]] = {}  # role -> (pid, local), from earlier answers
@@ -105,6 +106,7 @@ class Watchdog:
     def start(self) -> "Watchdog":
         if self.settings.enabled:
             threading.Thread(target=self._run, daemon=True, name="rg-grpo-watchdog").start()
+            threading.Thread(target=self._beat_forever, daemon=True, name="rg-grpo-heartbeat").start()
         return self
 
     # ----- the trainer's side: activity edges (each one is progress)
@@ -134,10 +136,14 @@ class Watchdog:
                 self.frames[-1].nested += seconds
             self._touch()
 
-    def finish(self) -> None:
-        """fit ended (returned or raised): what is left is verl's tear-down."""
+    def finish(self, failed: bool) -> None:
+        """fit ended: after a success verl's tear-down (a logger's upload, say) is not watched; after a failure it
+        gets GRACE_SECONDS, then the process ends (its fault is recorded)."""
         with self.lock:
             self._replace(_Frame("shutdown", "the trainer's shutdown", time.monotonic(), timed=False))
+            if failed and self.faulted_at is None:
+                self.faulted_at = time.monotonic()
+            self.resting = not failed
 
     def stop(self) -> None:
         """The task runner returned: nothing more to watch; the heartbeat says so."""
@@ -199,19 +205,21 @@ class Watchdog:
     # ----- the watching thread
 
     def _run(self) -> None:
-        next_beat = 0.0
         while not self.done.is_set():
             try:
-                now = time.monotonic()
-                if now >= next_beat:
-                    self._beat()
-                    next_beat = now + HEARTBEAT_SECONDS
-                self._check(now)
+                self._check(time.monotonic())
             except Exception:  # noqa: BLE001 - the watchdog must never stop the run by failing itself
                 logger.warning("watchdog check failed", exc_info=True)
             self.done.wait(1.0)
 
+    def _beat_forever(self) -> None:
+        """Its own thread, so that a probe (up to PING_SECONDS) never delays a beat."""
+        while not self.done.wait(HEARTBEAT_SECONDS):
+            self._beat()
+
     def _check(self, now: float) -> None:
+        if self.resting:
+            return
         if self.faulted_at is not None:
             if now - self.faulted_at > GRACE_SECONDS:
                 logger.error("the run did not end %.0f s after its fault; ending the trainer process", GRACE_SECONDS)
@@ -226,8 +234,7 @@ class Watchdog:
             frame, stalled = self.frames[-1], now - self.last_progress
             bound = self.bound(frame.kind)
         if self.census_due and stalled < bound / 2:
-            self.census_due = False
-            self._census()
+            self.census_due = self._census()
         # probed past the bound, then past twice and three times the bound while no culprit is found
         if stalled > bound * (self.probes + 1) and self.probes < 3:
             self.probes += 1
@@ -258,12 +265,24 @@ class Watchdog:
         self.signature = signature
         return moved
 
-    def _census(self) -> None:
-        """Asks the processes whose pid is unknown (and the restartable ones: a restart changes it) for it."""
+    def _census(self) -> bool:
+        """Asks the processes whose pid is unknown, and the restartable ones (a restart changes it), for their pid;
+        returns True while one of them has not answered (asked again at the next check). A reward worker that
+        answers with a new pid was restarted by Ray during this activity: not a healthy one."""
         processes = [p for p in run_processes(self.trainer) if p.role not in self.known or p.restartable]
+        unanswered = False
         for result in probe(processes, CENSUS_SECONDS) if processes else []:
-            if result.state == ALIVE:
-                self.known[result.process.role] = (result.process.pid, result.process.local)
+            role = result.process.role
+            if result.state != ALIVE:
+                unanswered = True
+                continue
+            if self.known.get(role, (None,))[0] not in (None, result.process.pid):
+                logger.warning("%s was restarted (pid %s -> %s)", role, self.known[role][0], result.process.pid)
+                with self.lock:
+                    for frame in self.frames:
+                        frame.timed = False
+            self.known[role] = (result.process.pid, result.process.local)
+        return unanswered
 
     def _diagnose(self, frame: _Frame, stalled: float, bound: float) -> None:
         """Names the culprit of a stall: a dead process; a stopped one; a silent idle one when none computes.
@@ -346,8 +365,8 @@ class Watchdog:
     def _beat(self, final: bool = False) -> None:
         with self.lock:
             frame = self.frames[-1]
-            # the guardian's bound: this one, plus a probe's wait and two missed beats
-            stale_after = self.bound(frame.kind) + PING_SECONDS + 2 * HEARTBEAT_SECONDS
+            # the guardian's bound: this one, plus two missed beats
+            stale_after = self.bound(frame.kind) + 2 * HEARTBEAT_SECONDS
             state = {"pid": os.getpid(), "time": time.time(), "bound": self.bound(frame.kind),
                      "stale_after": stale_after, "activity": frame.label, "done": final}
         path = self.logs / HEARTBEAT_FILE

@@ -60,6 +60,20 @@ def test_the_first_recorded_fault_is_the_one_the_console_names(tmp_path):
     assert lines[2].endswith("python training/train_grpo.py --config-name quickstart") and len(lines) == 3
 
 
+def test_the_trainers_own_error_is_recorded_below_what_died_and_a_full_disk(tmp_path):
+    """The trainer records the error that ended fit before verl's tear-down (which may hang on what failed): the
+    console names it even when the driver only saw the trainer's process end, but a full disk is still named as one."""
+    from training.trainer.faults import fault_summary
+
+    died = RuntimeError("The actor died unexpectedly before finishing this task.\n\tclass_name: _ReasoningGymTaskRunner")
+    write_fault(tmp_path / "a", "error", fault_summary(ValueError("boom\nKeyError: 'uid'")))
+    assert explain(died, str(tmp_path), ARGV, logs=tmp_path / "a").splitlines()[0] == \
+        "[fault] training stopped: KeyError: 'uid'"
+    write_fault(tmp_path / "b", "error", fault_summary(RuntimeError("[enforce fail at inline_container.cc:664] . "
+                                                                    "unexpected pos 64 vs 46")))
+    assert "the disk holding" in explain(died, str(tmp_path), ARGV, logs=tmp_path / "b").splitlines()[0]
+
+
 def test_a_dead_trainer_process_is_named_as_the_trainer(tmp_path):
     """The driver's wait on Ray's task runner fails with Ray's actor error: named as the trainer, Ray's exit detail
     kept, its OOM-killer boilerplate not."""
