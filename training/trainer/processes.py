@@ -11,6 +11,7 @@ idle (no CPU time while silent: blocked), or busy (computing). Generic over verl
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import psutil

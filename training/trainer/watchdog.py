@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 PING_SECONDS = 10.0  # how long a process may take to answer once the bound has passed
 CENSUS_SECONDS = 5.0  # how long the census at each step waits for pids (a busy one answers at a later step)
+CENSUS_RETRY_SECONDS = 15.0
 GRACE_SECONDS = 10.0  # after a fault, how long verl may take to unwind before the process ends itself
 
 
@@ -102,6 +103,7 @@ class Watchdog:
         self.trainer_thread = threading.get_ident()
         self.known: dict[str, tuple[int | None, bool]] = {}  # role -> (pid, local), from earlier answers
         self.census_due = False  # learn the processes' pids while they answer (a stopped one cannot tell)
+        self.census_next = 0.0
 
     def start(self) -> "Watchdog":
         if self.settings.enabled:
@@ -119,7 +121,8 @@ class Watchdog:
             self._replace(_Frame("step", "the time before step 1", time.monotonic(), timed=False))
 
     def step_begin(self, step: int) -> None:
-        self.census_due = True  # new processes (agent loop workers, restarted reward workers) since the last one
+        # new processes (agent loop workers, restarted reward workers) since the last census: asked at once
+        self.census_due, self.census_next = True, 0.0
         with self.lock:
             self._replace(_Frame("step", f"step {step}", time.monotonic()))
 
@@ -233,7 +236,8 @@ class Watchdog:
         with self.lock:
             frame, stalled = self.frames[-1], now - self.last_progress
             bound = self.bound(frame.kind)
-        if self.census_due and stalled < bound / 2:
+        if self.census_due and stalled < bound / 2 and now >= self.census_next:
+            self.census_next = now + CENSUS_RETRY_SECONDS  # a process that did not answer is asked again later
             self.census_due = self._census()
         # probed past the bound, then past twice and three times the bound while no culprit is found
         if stalled > bound * (self.probes + 1) and self.probes < 3:
