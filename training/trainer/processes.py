@@ -141,7 +141,9 @@ def probe(processes: list[RunProcess], timeout: float) -> list[Probe]:
             probes.append(Probe(process, ALIVE))
         except ray.exceptions.ActorUnavailableError:
             probes.append(Probe(process, SILENT, "restarting", busy=True))
-        except ray.exceptions.RayActorError as err:
+        except ray.exceptions.OutOfMemoryError:  # Ray's memory monitor kills workers when the node runs short
+            probes.append(Probe(process, DEAD, "killed by Ray's memory monitor: the node ran low on memory"))
+        except ray.exceptions.RayError as err:
             probes.append(Probe(process, DEAD, ray_reason(err)))
     return probes
 

@@ -258,8 +258,8 @@ class Watchdog:
             seen = 0
         hangs = stats.get("producer_hangs", 0)
         if self.signature is not None and hangs > self.producer_hangs:
-            self._recovered(f"a producer process hung (no answer for {self.producer_timeout():.0f} s); replaced, its "
-                            "items generated again in a fresh one (nothing lost)")
+            self._recovered(f"a producer process hung (no answer for more than {self.producer_timeout():.0f} s); "
+                            "replaced, its items generated again in a fresh one (nothing lost)")
         self.producer_hangs = hangs
         moved = self.signature is not None and signature != self.signature
         if moved or self.signature is None or self.recount:

@@ -193,3 +193,28 @@ def test_the_heartbeat_says_what_the_guardian_needs(tmp_path):
     assert beat["activity"] == "start-up" and beat["stale_after"] > 600 and not beat["done"]
     dog.stop()
     assert json.loads((tmp_path / "heartbeat.json").read_text())["done"]
+
+
+def test_pids_are_learned_while_processes_answer_and_a_restart_makes_a_step_unhealthy(tmp_path, monkeypatch):
+    """The census asks for pids at each step (a stopped process cannot tell its own later); a reward worker that
+    answers with another pid was restarted by Ray: that step's time is no healthy one (no bound grows from it)."""
+    worker = RunProcess("reward worker 0", None, restartable=True)
+    pids = iter([101, 202])
+
+    def answer(processes, timeout):
+        worker.pid, worker.local = next(pids), True
+        return [Probe(worker, ALIVE)]
+
+    dog, _ = make(tmp_path)
+    monkeypatch.setattr(watchdog_module, "run_processes", lambda trainer: [worker])
+    monkeypatch.setattr(watchdog_module, "probe", answer)
+    dog.ready()
+    dog._check(time.monotonic())
+    assert dog.known["reward worker 0"] == (101, True) and not dog.census_due
+    dog.step_begin(1)
+    age(dog, 2)
+    dog.step_begin(2)
+    age(dog, 3)
+    dog._check(time.monotonic())  # pid 202: restarted during step 2
+    dog.step_begin(3)
+    assert dog.known["reward worker 0"] == (202, True) and dog.bound("step") == near(10)  # step 1's 2 s stand in
