@@ -154,8 +154,8 @@ def _silent(process: RunProcess, cpu_before: float | None) -> Probe:
     try:
         proc = psutil.Process(process.pid)
         status = proc.status()
-    except psutil.Error:
-        return Probe(process, SILENT, "no answer, and its process is gone")
+    except psutil.Error:  # Ray restarts it, or will say it is dead: not a culprit of its own
+        return Probe(process, SILENT, "no answer, its process is gone (restarting?)", busy=True)
     if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
         return Probe(process, SILENT, "its process is stopped (SIGSTOP or a debugger)", stopped=True)
     cpu_after = _cpu_seconds(process.pid)

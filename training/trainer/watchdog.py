@@ -104,6 +104,7 @@ class Watchdog:
         self.known: dict[str, tuple[int | None, bool]] = {}  # role -> (pid, local), from earlier answers
         self.census_due = False  # learn the processes' pids while they answer (a stopped one cannot tell)
         self.census_next = 0.0
+        self.restarting: set[str] = set()  # roles this watchdog restarted that have not answered since
 
     def start(self) -> "Watchdog":
         if self.settings.enabled:
@@ -280,6 +281,7 @@ class Watchdog:
             if result.state != ALIVE:
                 unanswered = True
                 continue
+            self.restarting.discard(role)
             if self.known.get(role, (None,))[0] not in (None, result.process.pid):
                 logger.warning("%s was restarted (pid %s -> %s)", role, self.known[role][0], result.process.pid)
                 with self.lock:
@@ -301,6 +303,9 @@ class Watchdog:
                 self.known[result.process.role] = (result.process.pid, result.process.local)
         dead = [p for p in probes if p.state == DEAD]
         silent = [p for p in probes if p.state == SILENT]
+        for result in silent:  # restarted by this watchdog and not back yet: given time, like a busy one
+            if result.process.role in self.restarting:
+                result.busy, result.stopped, result.detail = True, False, "restarting"
         busy = [p for p in silent if p.busy]
         culprits = [p for p in silent if p.stopped or not busy and not p.busy]
         head = (f"{frame.label} made no progress for {stalled:.0f} s (bound {bound:.0f} s = "
@@ -310,6 +315,7 @@ class Watchdog:
         elif culprits and all(p.process.restartable for p in culprits):
             for result in culprits:
                 kill(result.process)
+                self.restarting.add(result.process.role)
             self._recovered(f"{'; '.join(p.describe() for p in culprits)}: hung ({head}); restarted by Ray, its "
                             "calls retried (nothing lost)")
         elif culprits:

@@ -125,6 +125,9 @@ def test_a_stopped_reward_worker_is_restarted_and_the_run_goes_on(tmp_path, monk
     assert events[-1]["kind"] == "recovered" and "reward worker 0" in events[-1]["text"]
     assert "hung" in events[-1]["text"] and "nothing lost" in events[-1]["text"]
     assert time.monotonic() - dog.last_progress < 1  # the restart counts as progress
+    age(dog, 11)  # Ray's restart takes a while: the worker still does not answer; it is not killed again
+    dog._check(time.monotonic())
+    assert killed == ["reward worker 0"] and dog.faulted_at is None and read_fault(tmp_path) is None
 
 
 def test_a_stopped_rollout_server_stops_the_run_named_as_hung(tmp_path, monkeypatch):
