@@ -66,7 +66,7 @@ def load_tokenizer(cfg: DictConfig):
 def config_problems(cfg: DictConfig, visible_gpus: int) -> list[str]:
     """Returns every problem of a resolved config: ours, verl's validate_config, and the reward options."""
     from envs.reward import RewardOptions
-    from training.trainer.watchdog import WatchdogSettings
+    from training.trainer.activity import WatchdogSettings
 
     problems = check_config(cfg, visible_gpus)
     try:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from training.trainer.faults import FailedSamples, check_failed_samples, dead_processes, failed_samples, fault_summary
 from training.trainer.progress import write_fault
-from training.trainer.watchdog import Watchdog, WatchdogSettings
+from training.trainer.activity import WatchdogSettings
+from training.trainer.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class FaultHooks:
             self.watchdog.enter("save", f"the checkpoint save of step {step}")
 
     def on_step_end(self):
-        if self.watchdog.frames[-1].kind == "save":
+        if self.watchdog.activities.current.kind == "save":
             self.watchdog.leave()
         with self._naming_dead_processes(f"the weight sync after step {self.global_steps}"):
             super().on_step_end()

@@ -1,6 +1,7 @@
-"""The watchdog's arithmetic and verdicts (training/trainer/watchdog.py), on a stand-in trainer, no Ray.
+"""The watchdog's bounds and verdicts (training/trainer/activity.py, diagnosis.py, watchdog.py), on a stand-in
+trainer, no Ray.
 
-Real runs that freeze a process are in test_faults.py; here the clock is moved by hand (`_check(now)`), the probe
+Real runs that freeze a process are in test_fault_runs.py; here the clock is moved by hand (`_check(now)`), the probe
 of the run's processes is replaced by a list of answers, and everything else is the watchdog's own code.
 """
 
@@ -11,10 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
+import training.trainer.diagnosis as diagnosis_module
 import training.trainer.watchdog as watchdog_module
 from training.trainer.processes import ALIVE, DEAD, SILENT, Probe, RunProcess
 from training.trainer.progress import read_fault
-from training.trainer.watchdog import Watchdog, WatchdogSettings
+from training.trainer.activity import WatchdogSettings
+from training.trainer.watchdog import Watchdog
 
 
 class Buffer:
@@ -36,9 +39,9 @@ def near(value: float):
 
 def age(dog: Watchdog, seconds: float) -> None:
     """Moves every time the watchdog holds `seconds` into the past."""
-    for frame in dog.frames:
+    for frame in dog.activities.frames:
         frame.started -= seconds
-    dog.began -= seconds
+    dog.activities.began -= seconds
     dog.last_progress -= seconds
 
 
@@ -51,7 +54,7 @@ def test_bounds_come_from_the_run_with_a_floor_and_apart_for_saves_and_validatio
     dog.step_begin(1)
     age(dog, 8)
     dog.step_begin(2)  # step 1, a warm-up, took 8 s: it stands in until step 2 is measured
-    assert dog.bound("step") == near(32) and "4 x the slowest step so far, 8.0 s" in dog.explain_bound("step")
+    assert dog.bound("step") == near(32) and "4 x the slowest step so far, 8.0 s" in dog.activities.explain_bound("step")
     age(dog, 3)
     dog.enter("save", "the checkpoint save of step 2")  # a save is not a step: its first bound is the first-step one
     assert dog.bound() == near(120)
@@ -107,8 +110,9 @@ def stalled_dog(tmp_path, monkeypatch, *probes):
         age(dog, 2)
     dog.step_begin(3)
     killed = []
-    monkeypatch.setattr(watchdog_module, "run_processes", lambda trainer: [p.process for p in probes])
-    monkeypatch.setattr(watchdog_module, "probe", answers(*probes))
+    monkeypatch.setattr(diagnosis_module, "run_processes", lambda trainer: [p.process for p in probes])
+    monkeypatch.setattr(diagnosis_module, "probe", answers(*probes))
+    monkeypatch.setattr(diagnosis_module, "kill", lambda process: killed.append(process.role))
     monkeypatch.setattr(watchdog_module, "kill", lambda process: killed.append(process.role))
     age(dog, 11)
     return dog, killed
@@ -209,15 +213,15 @@ def test_pids_are_learned_while_processes_answer_and_a_restart_makes_a_step_unhe
         return [Probe(worker, ALIVE)]
 
     dog, _ = make(tmp_path)
-    monkeypatch.setattr(watchdog_module, "run_processes", lambda trainer: [worker])
-    monkeypatch.setattr(watchdog_module, "probe", answer)
+    monkeypatch.setattr(diagnosis_module, "run_processes", lambda trainer: [worker])
+    monkeypatch.setattr(diagnosis_module, "probe", answer)
     dog.ready()
     dog._check(time.monotonic())
-    assert dog.known["reward worker 0"] == (101, True) and not dog.census_due
+    assert dog.diagnosis.known["reward worker 0"] == (101, True) and not dog.census_due
     dog.step_begin(1)
     age(dog, 2)
     dog.step_begin(2)
     age(dog, 3)
     dog._check(time.monotonic())  # pid 202: restarted during step 2
     dog.step_begin(3)
-    assert dog.known["reward worker 0"] == (202, True) and dog.bound("step") == near(10)  # step 1's 2 s stand in
+    assert dog.diagnosis.known["reward worker 0"] == (202, True) and dog.bound("step") == near(10)  # step 1's 2 s stand in
