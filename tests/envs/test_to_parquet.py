@@ -284,10 +284,10 @@ def test_trl_reward_options_reach_the_score(written):
         asyncio.run(make_trl_reward(answer_fallback="first_word")(prompts=prompts, completions=texts, **kwargs))
 
 
-def test_the_readme_shows_the_tested_wrapper():
+def test_the_docs_show_the_tested_wrapper():
     from envs.trl_reward import make_trl_reward
 
-    assert inspect.getsource(make_trl_reward) in (REPO / "README.md").read_text()
+    assert inspect.getsource(make_trl_reward) in (REPO / "docs" / "task-stream.md").read_text()
 
 
 def test_trls_own_reward_call(written):

@@ -13,6 +13,7 @@ FORBIDDEN = {
     "envs": ("training", "evaluation", "utils"),
     "evaluation": ("training",),
     "utils": ("training", "evaluation"),
+    "gpu_kit": ("training", "evaluation", "envs", "utils"),  # runs the project through its command lines only
     "training.trainer": ("training.launch", "training.report", "training.import_reference"),
     "training.cpu_backend": ("training.launch", "training.trainer", "training.report", "training.import_reference"),
     "training.launch": ("training.report", "training.import_reference"),

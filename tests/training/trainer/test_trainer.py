@@ -195,7 +195,7 @@ def group(task, uid, scores):
 def test_dropped_groups_are_read_before_verl_clears_them(tiny_model_dir, monkeypatch, tmp_path):
     from verl.trainer.ppo.v1 import replay_buffer as replay_module
 
-    from training import trainer as trainer_module
+    from training.trainer import trainer as trainer_module
 
     mix = tmp_path / "learn.yaml"
     mix.write_text(LEARN_MIX)

@@ -1,0 +1,109 @@
+"""The GPU path's stages, in order: each one a command a user would type (training/train_grpo.py,
+utils/load_fsdp_to_hf.py, evaluation/evaluate_model.py, pytest), so the kit tests what users run.
+
+a  the machine (image), the kit's install (core, then the optional kernels), the kit's venv
+b  2 GRPO steps + a checkpoint, then a resumed process for step 3, on the tiny model; then SmolLM2-135M: 4 timed
+   steps at the quickstart's GPU sizes + a checkpoint, and a resumed process that validates and takes step 5
+c  the SmolLM2 checkpoint exported to Hugging Face, and the vLLM evaluator on the export
+d  the timing: the SmolLM2 run's phases, generation tokens/s and launch -> first rollout (from b3), against vLLM
+   alone on the same prompts with the same sampling
+e  the tests marked `gpu`
+The vLLM rollout on CUDA is the configs' own (`actor_rollout_ref.rollout.name: vllm` in configs/base/grpo.yaml).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_kit import results
+from gpu_kit.install import ABSENT, DAMAGED, WAITING
+from gpu_kit.run import Stage
+
+REPO = Path(__file__).resolve().parents[1]
+# tests/conftest.py's TINY_RUN: 2 prompts x 4 samples, 24-token responses, no validation
+TINY = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "data.max_prompt_length=768",
+        "data.max_response_length=24", "env.validation_size=4", "trainer.test_freq=-1",
+        "trainer.val_before_train=false", "trainer.logger=[console]"]
+# configs/quickstart.yaml's GPU sizes, said explicitly: 16 prompts x 8 samples, 256-token responses
+QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "data.max_response_length=256"]
+# after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (README, "Faults").
+# It stops every Ray process of the machine: the kit's machine runs nothing else.
+RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]
+STEP_MARK = r"\bstep:\d+ - "
+
+
+def train_stage(stage_id: str, title: str, run: str, overrides: list[str], steps: int, sequences: int,
+                estimate_s: int, needs: tuple[str, ...] = ("install_core",)) -> Stage:
+    """`python training/train_grpo.py --config-name quickstart ...` on CUDA into OUT/runs/<run>, a checkpoint at
+    the last step. A first run (needing no other training stage) starts in an empty folder, also when a cut-off
+    attempt left a checkpoint there; a resume continues from what its first run saved."""
+    run_dir = "{out}/runs/" + run
+    overrides = [*overrides, "trainer.device=cuda", f"trainer.total_training_steps={steps}",
+                 f"trainer.save_freq={steps}", f"trainer.default_local_dir={run_dir}/ckpt",
+                 f"trainer.rollout_data_dir={run_dir}/rollouts", f"hydra.run.dir={run_dir}/hydra",
+                 "env.console=verbose"]
+    return Stage(stage_id, title, ["{kit}", "training/train_grpo.py", "--config-name", "quickstart", *overrides],
+                 estimate_s=estimate_s, needs=needs, compose=("quickstart", overrides), marks=STEP_MARK,
+                 cleanup=RAY_STOP, collect=results.train_run(f"runs/{run}", sequences),
+                 fresh=run_dir if needs == ("install_core",) else None)
+
+
+def gpu_test_files() -> list[str]:
+    """Test files that mark tests `gpu` (pytest -m gpu selects within them; collecting all files costs minutes)."""
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
+                  if "mark.gpu" in p.read_text())
+
+
+def build_stages() -> list[Stage]:
+    machine = ["{image}", "-m", "gpu_kit.machine", "--out", "{out}/a_machine"]
+    install = ["{image}", "-m", "gpu_kit.install", "install", "--tiers"]
+    smollm2 = [*QUICKSTART_GPU, "trainer.val_before_train=false", "trainer.test_freq=-1"]
+    tests = gpu_test_files()
+    pytest = ["{kit}", "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider"]
+    return [
+        Stage("a_machine", "the machine and the image: nvidia-smi, torch.cuda, versions, the image's freeze",
+              machine, estimate_s=30, check=machine, collect=results.json_file("a_machine/machine.json")),
+        Stage("install_core", "reassemble the core tier's parts, check the sums, install into .venv-kit",
+              [*install, "core", "--report", "{out}/install_core/report.json"], estimate_s=240,
+              exit_codes={WAITING: "waiting", DAMAGED: "damaged"}, check=["{image}", "-m", "gpu_kit.install", "status"],
+              collect=results.json_file("install_core/report.json")),
+        Stage("install_kernels", "the optional kernel tier (flashinfer, cutlass-dsl, tilelang, ...) when its parts "
+              "are here", [*install, "kernels", "--report", "{out}/install_kernels/report.json"], estimate_s=240,
+              needs=("install_core",), exit_codes={WAITING: "waiting", ABSENT: "absent", DAMAGED: "damaged"},
+              collect=results.json_file("install_kernels/report.json")),
+        Stage("a_kit_env", "the kit's venv: versions and import times of torch, verl, ray, vllm, flash-attn",
+              ["{kit}", "-m", "gpu_kit.machine", "--kit", "--out", "{out}/a_kit_env"], estimate_s=90,
+              needs=("install_core",), check=["{kit}", "-m", "gpu_kit.machine", "--help"],
+              collect=results.json_file("a_kit_env/machine.json")),
+        train_stage("b1_tiny_train", "tiny model: 2 GRPO steps on CUDA with the vLLM rollout, a checkpoint", "tiny",
+                    TINY, 2, 8, 240),
+        train_stage("b2_tiny_resume", "tiny model: a new process resumes from the checkpoint for step 3", "tiny",
+                    TINY, 3, 8, 240, needs=("b1_tiny_train",)),
+        train_stage("b3_smollm2_train", "SmolLM2-135M: 4 timed steps of 16 prompts x 8 samples x 256 tokens, a "
+                    "checkpoint", "smollm2", smollm2, 4, 128, 360),
+        train_stage("b4_smollm2_resume", "SmolLM2-135M: a new process resumes, validates (48 items), takes step 5",
+                    "smollm2", [*QUICKSTART_GPU, "trainer.val_before_train=true", "trainer.test_freq=-1"], 5, 128,
+                    300, needs=("b3_smollm2_train",)),
+        Stage("c1_export", "export the SmolLM2 checkpoint to Hugging Face (bf16, verified)",
+              ["{kit}", "utils/load_fsdp_to_hf.py", "{out}/runs/smollm2/ckpt", "{out}/export/smollm2", "--dtype",
+               "bf16", "--verify", "--force"], estimate_s=120, needs=("b3_smollm2_train",),
+              check=["{kit}", "utils/load_fsdp_to_hf.py", "--help"], collect=results.exported("export/smollm2")),
+        Stage("c2_eval_vllm", "the vLLM evaluator on the export (quickstart's held-out suite, scored as trained)",
+              ["{kit}", "evaluation/evaluate_model.py", "--config", "configs/eval/quickstart.yaml", "--from-run",
+               "{out}/runs/smollm2/ckpt", "--model", "{out}/export/smollm2", "--backend", "vllm", "--output",
+               "{out}/eval/smollm2", "model.dtype=bfloat16"], estimate_s=300, needs=("c1_export",),
+              check=["{kit}", "evaluation/evaluate_model.py", "--help"], collect=results.evaluation("eval/smollm2")),
+        Stage("d_vllm_alone", "vLLM alone on b3's prompts (its steps 2-4), same sampling: tokens/s to compare",
+              ["{kit}", "-m", "gpu_kit.vllm_alone", "--run", "{out}/runs/smollm2", "--out", "{out}/d_vllm_alone",
+               "--batches", "4", "--train-record", "{out}/stages/b3_smollm2_train.json"], estimate_s=240,
+              needs=("b3_smollm2_train",),
+              check=["{kit}", "-m", "gpu_kit.vllm_alone", "--help"],
+              collect=results.json_file("d_vllm_alone/vllm_alone.json")),
+        Stage("e_gpu_tests", f"pytest -m gpu ({', '.join(tests)})",
+              [*pytest, "--junitxml", "{out}/e_gpu_tests/junit.xml", *tests], estimate_s=480, needs=("install_core",),
+              check=[*pytest, "--collect-only", "-q", *tests], cleanup=RAY_STOP,
+              collect=results.junit("e_gpu_tests/junit.xml")),
+    ]

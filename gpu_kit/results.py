@@ -1,0 +1,112 @@
+"""What each stage's output says, read from its log and files into a small dict (the stage record's `results`).
+Each function returns a collector `(stage dir, log, marks) -> dict`; paths are relative to the runner's output
+folder (the stage dir's parent). Stdlib only."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+KEPT = re.compile(r"^(timing_s/|perf/|response_length/mean|env/(reward|accuracy|samples|zero_variance_groups)$|"
+                  r"training/rollout_probs_diff_mean|training/rollout_actor_probs_pearson_corr|actor/(grad_norm|"
+                  r"ppo_kl|pg_loss|entropy)$|val-core/)")
+
+
+def step_metrics(log: Path) -> dict[int, dict[str, float]]:
+    """verl's console lines `step:N - key:value - ...` -> {N: {key: value}} (the last line of each step; numbers
+    only, np.float64(x) unwrapped)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        match = STEP_LINE.search(line)
+        if not match:
+            continue
+        metrics = {}
+        for part in line[match.end():].split(" - "):
+            key, _, value = part.rpartition(":")
+            number = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
+            try:
+                metrics[key.strip()] = float(number)
+            except ValueError:
+                pass
+        steps[int(match[1])] = metrics
+    return steps
+
+
+def train_run(run: str, sequences: int):
+    """A training stage whose run writes into `run` and samples `sequences` responses a step: per step the kept
+    metrics and the generation's tokens/s (response tokens / timing_s/gen), the checkpoint's step, and from the step
+    lines' arrival times the seconds from launch to the first rollout (step 1 starts with it)."""
+
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        run_dir = stage_dir.parent / run
+        steps = step_metrics(log)
+        results: dict = {"steps": {}}
+        for step, metrics in sorted(steps.items()):
+            kept = {k: v for k, v in metrics.items() if KEPT.match(k)}
+            gen, length = metrics.get("timing_s/gen"), metrics.get("response_length/mean")
+            if gen and length:
+                kept["gen_tokens_per_s"] = round(length * sequences / gen, 1)
+            results["steps"][step] = kept
+        tracker = run_dir / "ckpt" / "latest_checkpointed_iteration.txt"
+        results["checkpoint_step"] = int(tracker.read_text().strip()) if tracker.is_file() else None
+        first = min(steps) if steps else None
+        if first is not None and f"step:{first}" in marks and "timing_s/step" in steps[first]:
+            results["launch_to_step_end_s"] = round(marks[f"step:{first}"], 1)
+            results["launch_to_first_rollout_s"] = round(marks[f"step:{first}"] - steps[first]["timing_s/step"], 1)
+        return results
+
+    return collect
+
+
+def exported(model: str):
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        model_dir = stage_dir.parent / model
+        files = sorted(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else []
+        size = sum(p.stat().st_size for p in model_dir.glob("*.safetensors")) if files else 0
+        return {"files": files, "safetensors_mib": round(size / 2**20, 1)}
+
+    return collect
+
+
+def evaluation(output_dir: str):
+    """The evaluator's results.json files under `output_dir` (greedy/, sampled/), their top-level numbers."""
+
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        output = stage_dir.parent / output_dir
+        found = {}
+        for path in sorted(output.rglob("results.json")):
+            data = json.loads(path.read_text())
+            found[str(path.relative_to(output))] = {k: v for k, v in data.items() if isinstance(v, (int, float))} \
+                if isinstance(data, dict) else type(data).__name__
+        return {"results": found, "tail": log.read_text(errors="replace").splitlines()[-12:]}
+
+    return collect
+
+
+def json_file(name: str):
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        path = stage_dir.parent / name
+        return json.loads(path.read_text()) if path.is_file() else {"missing": str(path)}
+
+    return collect
+
+
+def junit(name: str):
+    """pytest's junit XML: counts and each test's outcome and seconds."""
+
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        path = stage_dir.parent / name
+        if not path.is_file():
+            return {"missing": str(path)}
+        suite = ElementTree.parse(path).getroot()
+        suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+        cases = {}
+        for case in suite.iter("testcase"):
+            outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+            cases[f"{case.get('classname')}::{case.get('name')}"] = [outcome, round(float(case.get("time", 0)), 1)]
+        return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")} | {"cases": cases}
+
+    return collect
