@@ -9,7 +9,10 @@ seconds without progress after which the current activity is hung (training/trai
   step) and stands in only until the second is measured;
 - before the first of a kind: `first_seconds`, by default `factor x` the start-up time (Ray start to workers ready);
   the start-up itself: `startup_seconds`;
-- an activity during which something failed or was recovered is no healthy one (`untime`).
+- an activity during which something failed or was recovered is no healthy one (`untime`);
+- a process replaced during an activity (a restarted reward worker, a fresh producer child) warms up as the run's
+  first processes did (its imports, its scoring children): until that activity ends its bound is the first-step one
+  (`warm_up`), not a multiple of warm steps (on a loaded machine Ray's restart alone outlasted 3 warm steps).
 Not thread-safe: the watchdog holds its lock around every call.
 """
 
@@ -61,6 +64,7 @@ class Activities:
         self.startup: float | None = None  # seconds from start to workers ready
         self.slowest: dict[str, float] = {}
         self.steps_timed = 0
+        self.warming = False  # a process was replaced during the current activity
 
     @property
     def current(self) -> Frame:
@@ -76,7 +80,7 @@ class Activities:
         while len(self.frames) > 1:
             self.frames[-2].nested += self._record(self.frames.pop())
         self._record(self.frames[0])
-        self.frames = [frame]
+        self.frames, self.warming = [frame], False
 
     def enter(self, kind: str, label: str) -> None:
         self.frames.append(Frame(kind, label, time.monotonic()))
@@ -90,6 +94,11 @@ class Activities:
         """Something failed or was recovered: no frame open now is a healthy instance of its kind."""
         for frame in self.frames:
             frame.timed = False
+
+    def warm_up(self) -> None:
+        """A process was replaced: it is no healthy activity, and until it ends the first-step bound holds."""
+        self.untime()
+        self.warming = True
 
     def _record(self, frame: Frame) -> float:
         """Keeps the slowest healthy duration of the frame's kind. The first step is a warm-up (imports in the
@@ -112,7 +121,7 @@ class Activities:
         kind = kind or self.frames[-1].kind
         if kind == "start-up":
             return settings.startup_seconds
-        if kind in self.slowest:
+        if kind in self.slowest and not self.warming:
             return max(settings.min_seconds, settings.factor * self.slowest[kind])
         first = settings.first_seconds or settings.factor * (self.startup or settings.startup_seconds)
         return max(settings.min_seconds, first, settings.factor * self.slowest.get("step", 0.0))
@@ -121,10 +130,16 @@ class Activities:
         settings = self.settings
         if kind == "start-up":
             return f"env.watchdog.startup_seconds={settings.startup_seconds:g}"
+        if self.warming:
+            return self._explain_first("while a process replaced in this activity warms up")
         if kind in self.slowest:
             return (f"{settings.factor:g} x the slowest {kind} so far, {self.slowest[kind]:.1f} s; "
                     f"at least env.watchdog.min_seconds={settings.min_seconds:g}")
+        return self._explain_first(f"before the first {kind} completes")
+
+    def _explain_first(self, when: str) -> str:
+        settings = self.settings
         if settings.first_seconds:
-            return f"env.watchdog.first_seconds={settings.first_seconds:g} before the first {kind}"
-        return (f"{settings.factor:g} x the start-up time, {self.startup or 0:.0f} s, before the first {kind} "
-                f"completes; at least env.watchdog.min_seconds={settings.min_seconds:g}")
+            return f"env.watchdog.first_seconds={settings.first_seconds:g} {when}"
+        return (f"{settings.factor:g} x the start-up time, {self.startup or 0:.0f} s, {when}; "
+                f"at least env.watchdog.min_seconds={settings.min_seconds:g}")

@@ -158,9 +158,9 @@ class Watchdog:
         if self.census_due and stalled < bound / 2 and now >= self.census_next:
             self.census_next = now + CENSUS_RETRY_SECONDS  # a process that did not answer is asked again later
             self.census_due, restarted = self.diagnosis.census(CENSUS_SECONDS)
-            if restarted:  # Ray restarted a process during this activity: not a healthy one
+            if restarted:  # Ray restarted a process during this activity: not a healthy one; it warms up
                 with self.lock:
-                    self.activities.untime()
+                    self.activities.warm_up()
         # probed past the bound, then past twice and three times the bound while no culprit is found
         if stalled > bound * (self.probes + 1) and self.probes < 3:
             self.probes += 1
@@ -226,12 +226,12 @@ class Watchdog:
 
     def _recovered(self, text: str) -> None:
         """A fault the run survives: said on the console; the activity's time is not a healthy one (no bound grows
-        from it); progress from here."""
+        from it) and the replacement warms up under the first-step bound; progress from here."""
         logger.warning("recovered: %s", text)
         self._event("recovered", text)
         self.census_due = True
         with self.lock:
-            self.activities.untime()
+            self.activities.warm_up()
             self._touch(edge=False)
 
     def producer_timeout(self) -> float:

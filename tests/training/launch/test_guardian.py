@@ -1,6 +1,6 @@
 """The guardian (training/launch/guardian.py) on stand-in processes: a driver whose descendants outlive it, a "raylet"
 with a session folder, a trainer that stops beating. Real runs (Ctrl-C, a SIGKILLed driver) are in
-tests/training/trainer/test_faults.py; this one proves the mechanism in seconds without Ray.
+tests/training/trainer/test_fault_runs.py; this one proves the mechanism in seconds without Ray.
 """
 
 import json

@@ -71,6 +71,26 @@ def test_bounds_come_from_the_run_with_a_floor_and_apart_for_saves_and_validatio
     assert dog2.bound("step") == near(45)
 
 
+def test_a_process_replaced_during_a_step_warms_up_under_the_first_step_bound(tmp_path):
+    """A reward worker restarted (or a producer child replaced) in step 3 imports and starts its scorers again, as
+    at the run's start: on a loaded machine that outlasted 3 warm steps. Until step 3 ends its bound is the
+    first-step one; step 3 is not timed; step 4 is bound by the warm steps again."""
+    dog, _ = make(tmp_path)
+    age(dog, 30)
+    dog.ready()  # 30 s of start-up: the first-step bound is 4 x 30 s
+    for step in (1, 2, 3):
+        dog.step_begin(step)
+        age(dog, 2)
+    assert dog.bound("step") == near(10)  # 4 x 2 s, at least min_seconds
+    dog._recovered("reward worker 0 ...: hung; restarted by Ray, its calls retried (nothing lost)")
+    assert dog.bound("step") == near(120) and dog.producer_timeout() == near(60)
+    assert "4 x the start-up time, 30 s, while a process replaced in this activity warms up" in \
+        dog.activities.explain_bound("step")
+    age(dog, 40)  # the replacement's warm-up: 40 s, no hang, and not the slowest step either
+    dog.step_begin(4)
+    assert dog.bound("step") == near(10)
+
+
 def test_progress_resets_the_clock_and_only_a_stall_is_diagnosed(tmp_path, monkeypatch):
     dog, trainer = make(tmp_path)
     dog.ready()
