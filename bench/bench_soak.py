@@ -6,7 +6,7 @@ Runs `training/train_grpo.py` (quickstart config, the tiny model, 2 prompts x 4 
 whenever verl's console prints `step:N - `, records the resident memory (RSS) of the driver and of each of its
 descendants (Ray's GCS and raylet, the TaskRunner, FSDP workers, rollout server, reward workers, their scoring and
 producer children), keyed by command line. Then: growth of each process from step 20 to the last step (target
-<= 10%), and what is left after exit: descendants still running, new /dev/shm entries, new files in the temporary
+<= 10%), and what is left after exit: descendants still running a minute later, new /dev/shm entries, new files in the temporary
 directory (the run's own TMPDIR).
 Writes DIR/soak.json (the samples) and prints a table; exits 1 when a target is missed.
 """
@@ -120,8 +120,13 @@ def main() -> int:
                 rss = sample(driver)
                 family |= {int(key.rsplit("#", 1)[1]) for key in rss}
                 samples.append({"step": seen, "time": time.time(), "rss_mib": rss})
-    time.sleep(5)
-    left = [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    deadline = time.monotonic() + 60  # the run's guardian (training/launch/guardian.py) cleans up within seconds
+    while True:
+        left = [pid for pid in family if psutil.pid_exists(pid)
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     shm_after, tmp_after = snapshot_leftovers(tmp)
     growth = {}
     base = next((s for s in samples if s["step"] >= BASELINE_STEP), None)

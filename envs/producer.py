@@ -5,10 +5,11 @@ a training step, and a few generators depend on PYTHONHASHSEED, which only a fre
 The stream asks for positions ahead (`prefetch`) and collects them in order (`get`); a request is keyed by its
 position and config, so a curriculum change simply makes the stream ask for the new config.
 
-A child that dies (killed, out of memory, a crash in C code) is replaced by a fresh one, which gets the requests the
-dead one had not answered: generation is deterministic, so nothing is lost. A request that kills two children, or one
-that runs past `timeout_s` (a hang; its child is killed), fails alone with GenerationFailed, which the stream counts
-and skips. Too many deaths in all (MAX_RESPAWNS) stop the stream with a RuntimeError that says so.
+A child that dies (killed, out of memory, a crash in C code) or hangs (no answer for `timeout_s`: it is killed) is
+replaced by a fresh one, which gets the requests the lost one had not answered: generation is deterministic, so
+nothing is lost. A request that loses two children (a generator that crashes or hangs every time) fails alone with
+GenerationFailed, which the stream counts and skips. Too many replacements in all (MAX_RESPAWNS) stop the stream
+with a RuntimeError that says so. The trainer sets `timeout_s` from its step bound (training/trainer/fault_hooks.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from envs.worker_process import WorkerProcess
 log = logging.getLogger(__name__)
 
 GENERATION_TIMEOUT_S = 300.0  # a request unanswered this long is a hang (games items take well under a second)
-MAX_DEATHS_PER_ITEM = 2  # a request whose generation killed this many children fails alone
+MAX_DEATHS_PER_ITEM = 2  # a request whose generation lost this many children (died or hung) fails alone
 MAX_RESPAWNS = 20  # children replaced over a stream's life before it stops with an error
 
 
@@ -82,9 +83,9 @@ class Producer:
     """A pool of generator processes with results held by key until the stream collects them."""
 
     def __init__(self, processes: int, timeout_s: float = GENERATION_TIMEOUT_S,
-                 on_respawn: Callable[[], None] | None = None):
-        """`on_respawn` is called (in a reader thread) each time a child is replaced, as it happens: the stream counts
-        it at once, not at its next item, so a step's metrics show a death during that step."""
+                 on_respawn: Callable[[bool], None] | None = None):
+        """`on_respawn(hung)` is called (in a reader thread) each time a child is replaced, as it happens: the stream
+        counts it at once, not at its next item, so a step's metrics show a death or hang during that step."""
         if processes < 1:
             raise ValueError(f"a Producer needs at least one process, got {processes}")
         self.timeout_s = timeout_s
@@ -152,8 +153,8 @@ class Producer:
             self._cond.notify_all()
 
     def _replace(self, worker: _Worker) -> None:
-        """A child died: a fresh one takes over its unanswered requests; the one it was generating fails alone after
-        MAX_DEATHS_PER_ITEM deaths (or at once if it hung)."""
+        """A child died or hung: a fresh one takes over its unanswered requests; the one it was generating fails
+        alone after MAX_DEATHS_PER_ITEM lost children."""
         with self._cond:
             if self._closed or worker not in self._workers:
                 return
@@ -161,16 +162,16 @@ class Producer:
             worker.in_flight.clear()
             if lost:
                 head = lost[0]
-                self._deaths[head] += MAX_DEATHS_PER_ITEM if worker.hung == head else 1
+                self._deaths[head] += 1
                 if self._deaths[head] >= MAX_DEATHS_PER_ITEM:
-                    why = (f"hung for more than {self.timeout_s:g} s" if worker.hung == head
-                           else f"killed {MAX_DEATHS_PER_ITEM} producer processes")
+                    why = (f"hung for more than {self.timeout_s:g} s in {MAX_DEATHS_PER_ITEM} producer processes"
+                           if worker.hung == head else f"lost {MAX_DEATHS_PER_ITEM} producer processes")
                     self._results[head] = GenerationFailed(f"stream item {head}: its generator {why}; skipped")
                     self._args.pop(head, None)
                     lost = lost[1:]
             self.respawns += 1
             if self._on_respawn is not None:
-                self._on_respawn()
+                self._on_respawn(worker.hung is not None)
             if self.respawns > MAX_RESPAWNS:
                 for key in lost:
                     self._results[key] = RuntimeError(
@@ -178,8 +179,9 @@ class Producer:
                         "the machine may be out of memory (see `dmesg`); resume the run from its last checkpoint")
                 self._cond.notify_all()
                 return
-            log.warning("a producer process died (exit code %s) with %d requests unanswered; replaced (%d so far)",
-                        worker.process.exit_code(), len(lost), self.respawns)
+            log.warning("a producer process %s with %d requests unanswered; replaced (%d so far)",
+                        "hung" if worker.hung is not None else f"died (exit code {worker.process.exit_code()})",
+                        len(lost), self.respawns)
             fresh = _Worker(self)
             fresh.in_flight.extend(lost)
             self._workers[self._workers.index(worker)] = fresh
@@ -199,9 +201,9 @@ class Producer:
                 for worker in stuck:
                     worker.hung = worker.in_flight[0]
             for worker in stuck:
-                log.warning("stream item %s: generation hung for more than %g s; killing its producer process",
-                            worker.hung, self.timeout_s)
-                worker.process.terminate()
+                log.warning("stream item %s: no answer from its producer process for more than %g s (hung); "
+                            "killing it", worker.hung, self.timeout_s)
+                worker.process.terminate()  # SIGKILL (a stopped process too); its reader then replaces it
 
     def _fail_all(self, worker: _Worker, reason: str) -> None:
         with self._cond:

@@ -103,6 +103,7 @@ class TaskStream(IterableDataset):
         self._processes = 0 if not self._routed else (producer_processes or min(2, os.cpu_count() or 1))
         self.lookahead = lookahead
         self._producer: Producer | None = None
+        self._generation_timeout: float | None = None  # None: the producer's default
         self._consumed = 0  # positions of this shard already read (items yielded or filtered)
 
     def _routed_keys(self, producer_processes: int | None) -> set[str]:
@@ -198,10 +199,22 @@ class TaskStream(IterableDataset):
     def _ensure_producer(self) -> Producer:
         if self._producer is None:
             self._producer = Producer(self._processes, on_respawn=self._count_respawn)
+            if self._generation_timeout is not None:
+                self._producer.timeout_s = self._generation_timeout
         return self._producer
 
-    def _count_respawn(self) -> None:
-        self.stats["producer_respawns"] += 1  # cumulative over the run: stats are saved and restored with the stream
+    def set_generation_timeout(self, seconds: float) -> None:
+        """Seconds a producer process may take to answer before it counts as hung and is replaced (the trainer sets
+        it from its step bound; envs.producer.GENERATION_TIMEOUT_S otherwise)."""
+        self._generation_timeout = float(seconds)
+        if self._producer is not None:
+            self._producer.timeout_s = self._generation_timeout
+
+    def _count_respawn(self, hung: bool = False) -> None:
+        # cumulative over the run: stats are saved and restored with the stream
+        self.stats["producer_respawns"] += 1
+        if hung:
+            self.stats["producer_hangs"] += 1
 
     def _prefetch(self, positions: range) -> None:
         for position in positions:

@@ -1,4 +1,5 @@
-"""Reasoning Gym tasks whose scorers misbehave, for the isolation tests (loaded via RG_GRPO_TASK_MODULES)."""
+"""Reasoning Gym tasks whose scorers or generators misbehave, for the isolation and producer tests (loaded via
+RG_GRPO_TASK_MODULES)."""
 
 import signal
 import time
@@ -13,6 +14,7 @@ from reasoning_gym.factory import DATASETS, register_dataset
 class MisbehavingConfig:
     seed: Optional[int] = None
     size: int = 10
+    hang: bool = False  # HangingGenerator: every item hangs
 
 
 class _Base(ProceduralDataset):
@@ -42,6 +44,15 @@ class DeafScorer(_Base):
         return 1.0 if answer == entry["answer"] else 0.0
 
 
-for cls in (SleepyScorer, DeafScorer):
+class HangingGenerator(_Base):
+    name = "test_hanging_generator"
+
+    def __getitem__(self, idx):
+        if self.config.hang:  # a generator stuck for good: only killing its process stops it
+            time.sleep(3600)
+        return super().__getitem__(idx)
+
+
+for cls in (SleepyScorer, DeafScorer, HangingGenerator):
     if cls.name not in DATASETS:
         register_dataset(cls.name, cls, MisbehavingConfig)

@@ -67,6 +67,7 @@ def load_tokenizer(cfg: DictConfig):
 def config_problems(cfg: DictConfig, visible_gpus: int) -> list[str]:
     """Returns every problem of a resolved config: ours, verl's validate_config, and the reward options."""
     from envs.reward import RewardOptions
+    from training.trainer.activity import WatchdogSettings
 
     problems = check_config(cfg, visible_gpus)
     try:
@@ -77,6 +78,10 @@ def config_problems(cfg: DictConfig, visible_gpus: int) -> list[str]:
         RewardOptions.from_kwargs(dict(cfg.env.reward or {}))
     except (TypeError, ValueError) as err:
         problems.append(f"env.reward: {err}")
+    try:
+        WatchdogSettings.from_config(cfg)
+    except (TypeError, ValueError) as err:
+        problems.append(str(err))
     return problems
 
 
@@ -147,9 +152,11 @@ def launch(cfg: DictConfig) -> None:
     """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit. The console shows
     our lines only (env.console=quiet, training/launch/console.py); raises TrainingFailed when a worker fails."""
     from training.launch.console import driver_console
+    from training.launch.guardian import start as start_guardian
     from training.launch.hardware import activate_cpu_backend
 
     print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
+    start_guardian(Path(str(cfg.env.logs_dir)))  # names a hung trainer; cleans up whatever the run leaves behind
     # Ray's GCS keeps up to 100k task events by default and grew without end over a long run (bench_soak: +47% from
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.
     os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", "1000")
@@ -195,13 +202,20 @@ def run(cfg: DictConfig) -> int:
     write_scoring(cfg)  # how this run scores and samples, for `evaluate_model.py --from-run`
     try:
         launch(cfg)
-    except TrainingFailed as err:  # a fault during training: where it failed, what died, the command that resumes
+    except TrainingFailed as err:  # a fault during training: what died or hung, where the logs are, how to resume
         from training.trainer.faults import explain
 
-        print(err, file=sys.stderr)
-        print(explain(err.__cause__ or err, str(cfg.trainer.default_local_dir)), file=sys.stderr)
+        if cfg.env.get("console", "quiet") == "verbose":
+            print(err, file=sys.stderr)  # the error's last lines; quiet leaves them (Ray's tracebacks) in error.log
+        print(explain(err.__cause__ or err, str(cfg.trainer.default_local_dir), logs=Path(str(cfg.env.logs_dir)),
+                      worker_log=err.worker_log), file=sys.stderr)
         print(where_logs_are(cfg), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        from training.trainer.faults import resume_command
+
+        print(f"\n[train] interrupted; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
+        return 130
     print_report(cfg)
     print(where_logs_are(cfg))
     return 0

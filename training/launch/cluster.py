@@ -16,9 +16,9 @@ from omegaconf import DictConfig, open_dict
 
 def cluster_address(cfg: DictConfig) -> str | None:
     """Returns the address of the cluster this run joins (ray_kwargs.ray_init.address, else $RAY_ADDRESS), or None
-    when it starts its own local cluster."""
+    when it starts its own local cluster (no address, or Ray's `local`)."""
     address = cfg.ray_kwargs.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
-    return str(address) if address else None
+    return str(address) if address and str(address) != "local" else None
 
 
 def drop_local_sizing(cfg: DictConfig) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import threading
 import time
@@ -23,14 +22,20 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from training.trainer.progress import PROGRESS_FILE
+from training.launch.ray_logs import collect_worker_logs, link_ray_logs, ray_logs_dir, shutdown_ray
+from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE
 
 MODES = ("quiet", "verbose")
 TAIL_LINES = 25
 
 
 class TrainingFailed(Exception):
-    """A worker (or the driver) failed during training; the message says where and which log has the rest."""
+    """A worker (or the driver) failed during training; the message says where and which log has the rest
+    (env.console=verbose prints it; quiet prints only the fault lines, with `worker_log` and `error_log`)."""
+
+    def __init__(self, summary: str, worker_log: Path | None = None, error_log: Path | None = None):
+        super().__init__(summary)
+        self.worker_log, self.error_log = worker_log, error_log
 
 
 def console_mode(cfg: DictConfig) -> str:
@@ -62,68 +67,8 @@ def tensorboard_dir(cfg: DictConfig) -> Path:
     return Path(str(cfg.trainer.default_local_dir)).absolute() / "tensorboard"
 
 
-def ray_logs_dir() -> Path | None:
-    """Ray's session log folder of this driver (private API, read only; None when it cannot be found)."""
-    try:
-        import ray._private.worker as ray_worker
-
-        return Path(ray_worker._global_node.get_logs_dir_path())
-    except Exception:  # noqa: BLE001 - a missing link must never stop a run
-        return None
-
-
-def actor_of(path: Path) -> str:
-    """The actor or task name Ray writes at the top of a worker's log (`:actor_name:X`), else 'worker'."""
-    try:
-        with open(path, errors="replace") as log:
-            for _, line in zip(range(5), log):
-                if line.startswith((":actor_name:", ":task_name:")):
-                    return line.split(":", 2)[2].strip() or "worker"
-    except OSError:
-        pass
-    return "worker"
-
-
-def collect_worker_logs(ray_logs: Path | None, logs: Path) -> dict[int, Path]:
-    """Copies this session's worker logs to `<logs>/workers/<actor>-<pid>.{out,err}`; returns {pid: .err path}."""
-    copied: dict[int, Path] = {}
-    if ray_logs is None or not ray_logs.is_dir():
-        return copied
-    target = logs / "workers"
-    sources = [p for p in sorted(ray_logs.glob("worker-*")) if p.suffix in (".out", ".err") and p.stat().st_size]
-    names: dict[int, str] = {}  # Ray marks the actor's name in one of its two files
-    for source in sources:
-        name = actor_of(source)
-        if name != "worker":
-            names[int(source.stem.rsplit("-", 1)[-1])] = name
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        for source in sources:
-            pid = int(source.stem.rsplit("-", 1)[-1])
-            dest = target / f"{names.get(pid, 'worker')}-{pid}{source.suffix}"
-            shutil.copyfile(source, dest)
-            if source.suffix == ".err" or pid not in copied:
-                copied[pid] = dest
-    except OSError as err:  # a full disk (often the run's own fault): the logs stay where Ray wrote them
-        print(f"[logs] could not copy the worker logs to {target} ({err.strerror}); they stay in {ray_logs}",
-              file=sys.stderr)
-        return {int(p.stem.rsplit("-", 1)[-1]): p for p in sources if p.suffix == ".err"}
-    link = logs / "ray"
-    if link.is_symlink():
-        link.unlink()
-    return copied
-
-
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log: Path | None,
-                    error_log: Path | None = None) -> str:
-    """The terminal's account of a failed run: what failed, its last lines, and the file with all of it."""
+def failing_worker_log(err: BaseException, worker_logs: dict[int, Path]) -> tuple[BaseException, Path | None]:
+    """The error as the worker that raised it saw it, and that worker's log (None when no log can be told)."""
     log, cause, seen = None, err, 0
     while cause is not None and seen < 10:  # a worker's error arrives wrapped in its callers': take the deepest
         pid = getattr(cause, "pid", None)
@@ -143,6 +88,13 @@ def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log
     actors = re.findall(r"ray::(\w+)\.", str(err))
     if log is None and actors:  # else the log of the last actor Ray names
         log = next((path for path in worker_logs.values() if path.name.startswith(actors[-1] + "-")), None)
+    return err, log
+
+
+def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log: Path | None,
+                    error_log: Path | None = None) -> str:
+    """The terminal's account of a failed run in verbose mode: what failed, its last lines, and the file with all."""
+    err, log = failing_worker_log(err, worker_logs)
     text = str(err).strip().splitlines()
     head = f"[train] training failed: {type(err).__name__}" + (f" in {getattr(err, 'function_name', '')}"
                                                               if getattr(err, "function_name", None) else "")
@@ -165,13 +117,14 @@ class ProgressPrinter(threading.Thread):
         self.stop_event = threading.Event()
         self.bar = None
         self.first_step_seconds: float | None = None
+        self.ray_logs: Path | None = None  # Ray's session log folder, once Ray has started
 
     def run(self):
-        position, linked = 0, False
+        position = 0
         while True:
             stopping = self.stop_event.is_set()
-            if not linked and ray_logs_dir() is not None:
-                linked = link_ray_logs(self.path.parent)
+            if self.ray_logs is None:
+                self.ray_logs = link_ray_logs(self.path.parent)
             position = self.read_from(position)
             if stopping:
                 break
@@ -210,6 +163,8 @@ class ProgressPrinter(threading.Thread):
         if kind == "ready":
             self.write(f"[train] workers ready {since:.0f} s after launch; "
                        f"{'validating, then ' if event.get('validate_first') else ''}training {total} step(s)")
+        elif kind == "recovered":  # a fault the run survived with nothing lost (training/trainer/watchdog.py)
+            self.write(f"[recovered] {event.get('text', '')}")
         elif kind == "validating":
             self.write(f"[val] validating on {event.get('items', '?')} items ...")
         elif kind == "train_begin":
@@ -239,7 +194,8 @@ def driver_console(cfg: DictConfig, started: float):
     logs = Path(str(cfg.env.logs_dir))
     logs.mkdir(parents=True, exist_ok=True)
     progress = logs / PROGRESS_FILE
-    progress.unlink(missing_ok=True)
+    for stale in (PROGRESS_FILE, FAULT_FILE, HEARTBEAT_FILE):  # a resumed run's logs folder holds the last run's
+        (logs / stale).unlink(missing_ok=True)
     quiet = console_mode(cfg) == "quiet"
     driver_log = logs / "driver.log" if quiet else None
     sys.stdout.flush(), sys.stderr.flush()
@@ -258,7 +214,8 @@ def driver_console(cfg: DictConfig, started: float):
     finally:
         printer.stop_event.set()
         printer.join(timeout=5)
-        ray_logs = ray_logs_dir()
+        ray_logs = ray_logs_dir() or printer.ray_logs
+        shutdown_ray()  # before the terminal is given back: what Ray says as it kills its workers goes to the log
         sys.stdout.flush(), sys.stderr.flush()
         os.dup2(saved[0], 1), os.dup2(saved[1], 2)
         os.close(saved[0]), os.close(saved[1])
@@ -272,22 +229,8 @@ def driver_console(cfg: DictConfig, started: float):
             error_log.write_text(f"{type(failure).__name__}: {failure}\n")
         except OSError:
             error_log = None
-        raise TrainingFailed(failure_summary(failure, worker_logs, driver_log, error_log)) from failure
-
-
-def link_ray_logs(logs: Path) -> bool:
-    """While the run lives, `<logs>/ray` points at Ray's session log folder (called once Ray has started)."""
-    source = ray_logs_dir()
-    link = logs / "ray"
-    if source is None:
-        return False
-    try:
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(source, target_is_directory=True)
-    except OSError:
-        pass
-    return True
+        raise TrainingFailed(failure_summary(failure, worker_logs, driver_log, error_log),
+                             failing_worker_log(failure, worker_logs)[1], error_log) from failure
 
 
 def where_logs_are(cfg: DictConfig) -> str:

@@ -150,6 +150,8 @@ def size_ray(cfg: DictConfig) -> list[str]:
     ray_init = cfg.ray_kwargs.ray_init
     if cluster_address(cfg):  # an existing cluster brings its own resources: no local sizing, check the cluster's
         return check_existing_cluster(cfg, demand)
+    with open_dict(cfg):  # not asked to join one: ray.init would join any cluster `ray start` left on this machine
+        ray_init.address = "local"
     if ray_init.get("num_cpus") is None:
         with open_dict(cfg):
             ray_init.num_cpus = max(demand, os.cpu_count() or 1)

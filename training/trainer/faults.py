@@ -7,10 +7,15 @@
   tests/training/trainer/test_faults.py), installed in the TaskRunner process by training.trainer.trainer.
 - Samples verl drops because their session failed are counted per step (`reliability/failed_samples`); a step that
   loses more than `env.reliability.max_failed_fraction` of its batch stops the run (FailedSamples).
-- When a step raises, `dead_actors` pings the rollout servers and reward workers, so the error names what died
-  rather than verl's downstream symptom (e.g. its replay buffer's "no materializable trajectories").
-- In the driver, `explain` turns the error that ended `fit` into one paragraph: what died (or that the disk is full)
-  and the command that resumes from the last complete checkpoint.
+- When a step (or anything in fit) raises, `dead_processes` asks every process of the run whether it lives
+  (training/trainer/processes.py), so the error names what died by its role ("training rank 0") rather than verl's
+  downstream symptom (e.g. its replay buffer's "no materializable trajectories") or Ray's generic text.
+- The first fault of a run (a death named there, a hang named by training/trainer/watchdog.py or by the launching
+  side's guardian) is written to `<logs>/fault.json` (`write_fault`); later symptoms of the same fault do not
+  overwrite it.
+- In the driver, `explain` turns the fault record (else the error that ended `fit`) into the console's lines: what
+  died or hung (or that the disk is full), where the whole traceback is, and the command that resumes from the last
+  complete checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 import ray
 import ray.util.scheduling_strategies
 from verl.experimental.reward_loop import reward_loop as verl_reward_loop
+
+from training.trainer.progress import read_fault
 
 REWARD_WORKER_RESTARTS = 3  # per worker; past that its calls fail and the failed-sample check stops the run
 PING_SECONDS = 10.0
@@ -78,23 +85,11 @@ def check_failed_samples(failed: int, expected: int, max_fraction: float, dead: 
                             "trained on a short batch; fix the cause and resume")
 
 
-def dead_actors(trainer) -> list[str]:
-    """Pings the run's rollout servers and reward workers; returns a description of each one that is dead."""
-    handles = []
-    for index, replica in enumerate(trainer.llm_server_manager.get_replicas()):
-        handles += [(f"rollout server {index} ({type(replica).__name__})", server) for server in replica.servers]
-    for index, worker in enumerate(trainer.reward_loop_manager.reward_loop_workers):
-        handles.append((f"reward worker {index} (RewardLoopWorker)", worker))
-    refs = {name: handle.__ray_ready__.remote() for name, handle in handles}
-    dead = []
-    for name, ref in refs.items():
-        try:
-            ray.get(ref, timeout=PING_SECONDS)
-        except ray.exceptions.RayActorError as err:
-            dead.append(f"{name}: {str(err).splitlines()[0][:200]}")
-        except ray.exceptions.GetTimeoutError:
-            dead.append(f"{name}: no answer within {PING_SECONDS:g} s")
-    return dead
+def dead_processes(trainer) -> list[str]:
+    """Asks every process of the run whether it lives; returns a description of each dead one, by its role."""
+    from training.trainer.processes import DEAD, probe, run_processes
+
+    return [result.describe() for result in probe(run_processes(trainer), PING_SECONDS) if result.state == DEAD]
 
 
 def resume_command(argv: list[str] | None = None) -> str:
@@ -114,19 +109,45 @@ def is_disk_full(err: BaseException) -> bool:
     return any(word in text for word in DISK_WORDS)
 
 
-def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = None) -> str:
-    """One paragraph for the console: what stopped training and the command that resumes it."""
+def fault_summary(err: BaseException) -> str:
+    """The line of an error that says what failed: one naming what died or was lost, else its last line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
+                  if any(marker in line.lower() for line in lines)), [])
+    return (named or lines or [type(err).__name__])[-1][:600]
+
+
+def explain(err: BaseException, checkpoint_dir: str, argv: list[str] | None = None, logs: Path | None = None,
+            worker_log: Path | None = None) -> str:
+    """The console's fault lines: what stopped training (the recorded fault first), where the whole traceback is,
+    and the command that resumes it."""
     where = Path(checkpoint_dir)
-    if is_disk_full(err):
+    record = read_fault(logs) if logs else None
+    named = record if record and record["kind"] != "error" else None  # what died or hung, by the trainer's probe
+    if named:
+        cause = named["text"]
+    elif is_disk_full(err) or (record and is_disk_full(RuntimeError(record["text"]))):
         probe = next((p for p in (where, *where.parents) if p.exists()), Path("."))
         usage = shutil.disk_usage(probe)
         cause = (f"the disk holding {where} is full ({usage.free / 2**20:.0f} MiB free of {usage.total / 2**30:.1f} "
                  "GiB) while a checkpoint was written; free space there (or point trainer.default_local_dir at a "
                  "larger disk, lower trainer.max_actor_ckpt_to_keep), then resume. The half-written step is not "
                  "resumed from: latest_checkpointed_iteration.txt still names the last complete one")
+    elif record:  # the trainer's own error, recorded before its tear-down (which may not have ended)
+        cause = record["text"]
+    elif isinstance(err, ray.exceptions.RayActorError) and "TaskRunner" in str(err):
+        from training.trainer.processes import ray_reason
+
+        pid = next((line.split(":", 1)[1].strip() for line in str(err).splitlines() if line.strip().startswith("pid:")),
+                   None)
+        cause = f"the trainer (Ray's task runner{f', pid {pid}' if pid else ''}) died: {ray_reason(err)}"
     else:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        named = next(([line for line in lines if marker in line.lower()] for marker in ("dead:", "lost ", "died")
-                      if any(marker in line.lower() for line in lines)), [])
-        cause = (named or lines or [type(err).__name__])[-1][:600]
-    return f"[fault] training stopped: {cause}\n[fault] to resume from the last checkpoint: {resume_command(argv)}"
+        cause = fault_summary(err)
+    lines = [f"[fault] training stopped: {cause}"]
+    if logs:
+        details = (record or {}).get("details")
+        lines.append(f"[fault] whole traceback: {Path(logs) / 'error.log'}"
+                     + (f"; the trainer's stacks at the hang: {details}" if details else "")
+                     + (f"; full log of that worker: {worker_log}" if worker_log and not named else ""))
+    lines.append(f"[fault] to resume from the last checkpoint: {resume_command(argv)}")
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The run's progress as events in a file, for the driver's console (training/launch/console.py).
+"""The run's progress as events in a file, and its fault as a record, for the driver's console (training/launch/console.py).
 
 verl logs every step's metrics through its `Tracking` object (`trainer.logger`), in the Ray task runner's process;
 the driver, whose terminal the person watches, is another process. `ProgressTracking` wraps verl's Tracking: every
@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 PROGRESS_FILE = "progress.jsonl"
+FAULT_FILE = "fault.json"  # the run's first fault (training/trainer/faults.py, watchdog.py, training/launch/guardian.py)
+HEARTBEAT_FILE = "heartbeat.json"  # the trainer's watchdog beats here; the guardian reads it
 STEP_KEYS = {  # console name -> verl / env metric
     "reward": "env/reward",
     "accuracy": "env/accuracy",
@@ -78,3 +80,25 @@ class ProgressTracking:
 
     def __getattr__(self, name):
         return getattr(self._tracking, name)
+
+
+def write_fault(logs: Path, kind: str, text: str, details: Path | None = None) -> bool:
+    """Records the run's first fault (`kind`: dead, hung, ...) in <logs>/fault.json for the driver's console;
+    returns False (and writes nothing) when one is already recorded: later symptoms of a fault do not replace it."""
+    path = Path(logs) / FAULT_FILE
+    record = json.dumps({"kind": kind, "text": text, "details": str(details) if details else None})
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as out:  # exclusive creation: the first fault wins, across processes
+            out.write(record)
+        return True
+    except OSError:
+        return False
+
+
+def read_fault(logs: Path) -> dict | None:
+    """The run's recorded fault, or None."""
+    try:
+        return json.loads((Path(logs) / FAULT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -15,12 +15,18 @@ import training.trainer.trainer  # noqa: F401  (registers the `reasoning_gym` tr
 
 
 class _ReasoningGymTaskRunner(TaskRunnerV1.__ray_actor_class__):
-    """verl's TaskRunnerV1; only makes sure the trainer registry holds our trainer first."""
+    """verl's TaskRunnerV1; makes sure the trainer registry holds our trainer first, and stops the trainer's
+    watchdog once verl's run (its tear-down included) has returned."""
 
     def run(self, config):
         import training.trainer.trainer  # noqa: F401
 
-        return super().run(config)
+        try:
+            return super().run(config)
+        finally:
+            watchdog = getattr(self.trainer, "watchdog", None)
+            if watchdog is not None:
+                watchdog.stop()
 
 
 ReasoningGymTaskRunner = ray.remote(_ReasoningGymTaskRunner)

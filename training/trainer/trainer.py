@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
 
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -31,13 +30,8 @@ from training.trainer.data import (
     build_val_dataloader,
     build_validation_items,
 )
-from training.trainer.faults import (
-    FailedSamples,
-    check_failed_samples,
-    dead_actors,
-    failed_samples,
-    install_restartable_reward_workers,
-)
+from training.trainer.fault_hooks import FaultHooks
+from training.trainer.faults import install_restartable_reward_workers
 from training.trainer.generations import DumpSettings, dump_step
 from training.trainer.metrics import (
     curriculum_metrics,
@@ -104,8 +98,9 @@ class ObservingReplayBuffer(GuardedReplayBuffer):
 
 
 @register_trainer(TRAINER_NAME)
-class ReasoningGymTrainer(PPOTrainerSync):
-    """verl's sync trainer on the Reasoning Gym task stream (reads env.*, data.*, trainer.total_training_steps)."""
+class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
+    """verl's sync trainer on the Reasoning Gym task stream (reads env.*, data.*, trainer.total_training_steps);
+    its fault handling (watchdog, naming dead processes, the failed-sample guard) is FaultHooks'."""
 
     def __init__(self, config: DictConfig):
         with open_dict(config):
@@ -124,21 +119,6 @@ class ReasoningGymTrainer(PPOTrainerSync):
             self.replay_buffer.__class__ = ObservingReplayBuffer if needs_exact_refill(config) else GuardedReplayBuffer
             self.replay_buffer.observer = self._observe_dropped if needs_exact_refill(config) else None
             self.replay_buffer.guard = self._guard_batch
-
-    def _guard_batch(self, batch, metrics: dict) -> None:
-        """Counts the samples of a training batch that verl dropped (failed sessions); stops past the threshold."""
-        if batch.partition_id != "train":
-            return
-        rollout = self.config.actor_rollout_ref.rollout
-        expected = int(self.config.data.train_batch_size) * int(rollout.n) // self.parameter_sync_step
-        failed = failed_samples(expected, sum(not tag.get("is_padding", False) for tag in batch.tags))
-        self.failed_samples_total += failed
-        metrics["reliability/failed_samples"] = float(failed)
-        metrics["reliability/failed_samples_total"] = float(self.failed_samples_total)
-        if failed:
-            logger.warning("step %s: %d of %d samples failed", getattr(self, "global_steps", "?"), failed, expected)
-            check_failed_samples(failed, expected, self.max_failed_fraction,
-                                 dead_actors(self) if failed / expected > self.max_failed_fraction else [])
 
     def init(self):
         """verl's init, with the training ranks' rendezvous port taken from a safe range (training/trainer/rendezvous.py)."""
@@ -220,37 +200,13 @@ class ReasoningGymTrainer(PPOTrainerSync):
                     self.total_training_steps, gen_batch_size, len(self.val_dataset))
 
     def step(self, metrics: dict, timing_raw: dict):
-        """verl's step, then env metrics and curriculum feedback from the step's scored responses. A step that
-        raises names the rollout servers and reward workers that are dead (training/trainer/faults.py)."""
-        with self._naming_dead_actors():
-            batch = super().step(metrics, timing_raw)
+        """verl's step (a failure names the dead processes: FaultHooks), then env metrics and curriculum feedback
+        from the step's scored responses."""
+        batch = super().step(metrics, timing_raw)
         with marked_timer("env_feedback", timing_raw, color="cyan"):
             metrics.update(self.env_feedback(batch))
+        self.step_trained()
         return batch
-
-    def on_step_end(self):
-        """verl's (the weight sync to the rollout servers), naming dead actors when it fails like a step does."""
-        with self._naming_dead_actors():
-            super().on_step_end()
-
-    @contextmanager
-    def _naming_dead_actors(self):
-        """Re-raises an error of the block as "step N failed; dead: ..." when a rollout server or reward worker is
-        dead, so the console's [fault] line says what died; other errors (and FailedSamples) pass unchanged."""
-        try:
-            yield
-        except FailedSamples:
-            raise
-        except Exception as err:
-            try:
-                dead = dead_actors(self)
-            except Exception:  # noqa: BLE001 - the diagnosis must never hide the step's own error
-                logger.warning("could not check which actors are alive", exc_info=True)
-                dead = []
-            if dead:
-                step = getattr(self, "global_steps", "?")
-                raise RuntimeError(f"step {step} failed; dead: {'; '.join(dead)}") from err
-            raise
 
     def env_feedback(self, batch) -> dict[str, float]:
         """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""

@@ -22,6 +22,7 @@ def test_the_address_comes_from_the_config_or_ray_address(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert cluster_address(cpu_config()) is None
     assert cluster_address(cpu_config("+ray_kwargs.ray_init.address=auto")) == "auto"
+    assert cluster_address(cpu_config("+ray_kwargs.ray_init.address=local")) is None  # Ray's word for a new one
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert cluster_address(cpu_config()) == "10.0.0.1:6379"
 

@@ -88,6 +88,7 @@ def test_ray_is_sized_from_what_verls_actors_reserve():
     demand = ray_cpu_demand(cfg)
     assert demand == 2 + 8 + 8 + 4 + 3 * 2  # runner + TQ controller, 8 storage units, agent and reward workers, GPUs
     assert size_ray(cfg) == [] and cfg.ray_kwargs.ray_init.num_cpus >= demand
+    assert cfg.ray_kwargs.ray_init.address == "local"  # its own cluster, not one `ray start` left on the machine
     small = resolve_config(compose_config("quickstart", ["hardware=2gpu", "+ray_kwargs.ray_init.num_cpus=8"]),
                            gpu_count=2)
     [problem] = size_ray(small)

@@ -1,0 +1,83 @@
+"""The run's processes by role and their states (training/trainer/processes.py): real Ray actors, and the verl and
+TransferQueue names the registry and the watchdog read (contract tests: they fail when an upgrade moves them)."""
+
+import inspect
+import os
+import signal
+
+import pytest
+
+from training.trainer.processes import ALIVE, DEAD, SILENT, RunProcess, kill, probe, ray_reason
+
+
+@pytest.mark.slow
+def test_probe_tells_alive_dead_stopped_and_busy_actors_apart():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def spin(self, seconds: float) -> None:
+            import time
+
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                pass
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        alive, dead, stopped, busy = (RunProcess(role, Worker.remote()) for role in
+                                      ("reward worker 0", "training rank 0", "rollout server 0", "training rank 1"))
+        first = probe([alive, dead, stopped, busy], timeout=60)
+        assert [p.state for p in first] == [ALIVE] * 4 and all(p.process.local and p.process.pid for p in first)
+        ray.kill(dead.handle)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        busy.handle.spin.remote(60)  # a synchronous actor answers only between its calls
+        states = {p.process.role: p for p in probe([alive, dead, stopped, busy], timeout=3)}
+        assert states["reward worker 0"].state == ALIVE
+        assert states["training rank 0"].state == DEAD
+        assert states["rollout server 0"].state == SILENT and states["rollout server 0"].stopped
+        assert "stopped" in states["rollout server 0"].describe() and f"pid {stopped.pid}" in \
+            states["rollout server 0"].describe()
+        assert states["training rank 1"].state == SILENT and states["training rank 1"].busy
+        kill(stopped)  # SIGKILL ends a stopped process
+        assert probe([stopped], timeout=30)[0].state == DEAD
+    finally:
+        ray.shutdown()
+
+
+def test_ray_reason_keeps_the_exit_detail_without_the_boilerplate():
+    text = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+            "detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
+            "include: (1) the process was killed by the OOM killer due to high memory usage")
+    assert ray_reason(RuntimeError(text)) == ("its process exited (Worker unexpectedly exits with a connection error "
+                                              "code 2. End of file.)")
+    assert ray_reason(RuntimeError("The actor died unexpectedly before finishing this task.\nmore")) == \
+        "The actor died unexpectedly before finishing this task."
+
+
+def test_contract_the_names_the_registry_reads():
+    """training/trainer/processes.py lists the run's actors from these verl and TransferQueue attributes; the
+    watchdog reads verl's timing dict and replay buffer tables. A read of a name, not a patch: this pins it."""
+    from transfer_queue import interface
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.single_controller.ray.base import RayWorkerGroup
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.workers.rollout.llm_server import LLMServerManager
+    from verl.workers.rollout.replica import RolloutReplica
+
+    assert isinstance(RayWorkerGroup.workers, property)
+    assert "self.servers: list[ActorHandle] = []" in inspect.getsource(RolloutReplica.__init__)
+    assert "def get_replicas" in inspect.getsource(LLMServerManager)
+    assert "self.global_load_balancer = " in inspect.getsource(LLMServerManager)
+    assert "self.agent_loop_workers" in inspect.getsource(AgentLoopManager)
+    init = inspect.getsource(interface.init)
+    assert 'name="TransferQueueController", namespace="transfer_queue"' in init
+    assert "_TQ_STORAGE" in inspect.getsource(interface._maybe_create_tq_storage) and hasattr(interface, "_TQ_STORAGE")
+    assert '"SimpleStorage"' in inspect.getsource(interface.close)
+    buffer_init = inspect.getsource(ReplayBuffer.__init__)
+    for table in ("self.partitions", "self.running_keys", "self.finished_keys", "self.failure_keys"):
+        assert table in buffer_init, table
+    fit = inspect.getsource(PPOTrainer.fit)
+    assert "self.timing_raw = {}" in fit and "self.on_step_begin()" in fit and "self._save_checkpoint()" in fit
+    assert fit.index("batch = self.step(") < fit.index("self._save_checkpoint()") < fit.index("self.on_step_end()")
