@@ -32,8 +32,8 @@ from envs.curriculum import Curriculum
 from envs.generation import config_key, generate_entry
 from envs.mix import Mix, load_mix
 from envs.producer import GenerationFailed, Producer
-from envs.sampler import TaskSampler
 from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_prompt
+from envs.sampler import TaskSampler
 from envs.splits import check_split, item_seed
 from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
 

@@ -17,7 +17,6 @@ import os
 from evaluation.report import fmt, load_results
 from evaluation.store import atomic_write
 
-
 PAIRED_RESAMPLES = 2000
 # run settings that decide what an accuracy means; base and trained must agree on all of them
 SCORING_KEYS = ("reward", "system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",

@@ -33,11 +33,11 @@ from training.launch.checks import (  # noqa: E402
     batch_plan,
     check_config,
     prompt_length_problems,
-    sample_prompt_lengths,
     raise_if_problems,
+    sample_prompt_lengths,
 )
-from training.launch.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.launch.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
+from training.launch.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.launch.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
@@ -225,8 +225,8 @@ def print_report(cfg: DictConfig) -> None:
     """After training: prints the run's table (training/report/report.py) and where its files are. A report that fails
     is said, never raised: the training run is done. Reads trainer.default_local_dir, env.dump.dir and
     trainer.validation_data_dir."""
-    from training.trainer.generations import DumpSettings
     from training.report.report import write_report
+    from training.trainer.generations import DumpSettings
 
     try:
         report = write_report(cfg.trainer.default_local_dir, DumpSettings.from_config(cfg).directory,

@@ -21,8 +21,19 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
-from utils.fsdp_checkpoint import (CheckpointError, Entry, Layout, Region, aliases, iter_blocks, load_shards,
-                                   merge_entry, plan_entries, read_layout, resolve_actor_dir)
+from utils.fsdp_checkpoint import (
+    CheckpointError,
+    Entry,
+    Layout,
+    Region,
+    aliases,
+    iter_blocks,
+    load_shards,
+    merge_entry,
+    plan_entries,
+    read_layout,
+    resolve_actor_dir,
+)
 from utils.safetensors_stream import StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files, write_index
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "auto": None}

@@ -8,10 +8,17 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from utils.fsdp_checkpoint import (CheckpointError, Entry, Region, iter_blocks, merge_entry, read_layout,
-                                   release_pages, resolve_actor_dir)
-from utils.safetensors_stream import (StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files,
-                                      write_index)
+from utils.fsdp_checkpoint import (
+    CheckpointError,
+    Entry,
+    Region,
+    iter_blocks,
+    merge_entry,
+    read_layout,
+    release_pages,
+    resolve_actor_dir,
+)
+from utils.safetensors_stream import StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files, write_index
 
 
 def fake_actor(root, world=2, config=True, hf=True, ranks=None):

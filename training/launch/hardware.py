@@ -120,10 +120,10 @@ def apply_cpu_overrides(cfg: DictConfig, command_line: set[str] = frozenset()) -
 
 def _load_backend() -> None:
     """Imports the backend here (the driver) and makes it the platform even if verl already picked one."""
-    import training.cpu_backend  # noqa: F401
     from verl.plugin.platform import get_platform, set_platform
     from verl.plugin.platform.platform_manager import _current_platform
 
+    import training.cpu_backend  # noqa: F401
     from training.cpu_backend.platform import CPUPlatform
 
     if _current_platform is None or get_platform().device_name != "cpu":

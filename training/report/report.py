@@ -16,7 +16,6 @@ A running run can be read too: a half-written last line is skipped. What is miss
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys

@@ -17,9 +17,9 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
+from training.trainer.activity import WatchdogSettings
 from training.trainer.faults import FailedSamples, check_failed_samples, dead_processes, failed_samples, fault_summary
 from training.trainer.progress import write_fault
-from training.trainer.activity import WatchdogSettings
 from training.trainer.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)

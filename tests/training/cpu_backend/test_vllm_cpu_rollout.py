@@ -173,8 +173,9 @@ def test_vllm_cpu_linear_layers_drop_their_weights_unless_kept():
 
 
 def test_verls_vllm_server_hooks_that_the_cpu_subclasses_use():
-    import training.cpu_backend.vllm_rollout  # noqa: F401  (installs the finder verl's vLLM modules need)
     from verl.workers.rollout.vllm_rollout import vllm_async_server, vllm_rollout
+
+    import training.cpu_backend.vllm_rollout  # noqa: F401  (installs the finder verl's vLLM modules need)
 
     assert "self.server_class = ray.remote(vLLMHttpServer)" in inspect.getsource(vllm_async_server.vLLMReplica.__init__)
     assert '"worker_extension_cls": self._get_worker_extension_cls()' in inspect.getsource(

@@ -116,9 +116,8 @@ def test_train_grpo_refuses_a_cuda_run_without_the_gpu_stack(capsys):
     """What `make quickstart` prints on a GPU machine before `make install-gpu`: exit 2, no Ray started."""
     import importlib.util
 
-    from training.train_grpo import ConfigProblem, prepare
-
     from training.launch.hardware import vllm_cpu_build
+    from training.train_grpo import ConfigProblem, prepare
 
     if importlib.util.find_spec("vllm") is not None and not vllm_cpu_build():
         pytest.skip("vLLM's CUDA build is installed here")

@@ -21,7 +21,6 @@ from training.trainer.faults import (
     failed_samples,
     is_disk_full,
 )
-
 from training.trainer.progress import write_fault
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,9 +14,9 @@ import pytest
 
 import training.trainer.diagnosis as diagnosis_module
 import training.trainer.watchdog as watchdog_module
+from training.trainer.activity import WatchdogSettings
 from training.trainer.processes import ALIVE, DEAD, SILENT, Probe, RunProcess
 from training.trainer.progress import read_fault
-from training.trainer.activity import WatchdogSettings
 from training.trainer.watchdog import Watchdog
 
 
