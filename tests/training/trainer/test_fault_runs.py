@@ -256,6 +256,31 @@ def test_killed_and_hung_reward_worker_and_producer_are_replaced_and_a_slow_step
     assert run.session_folder() and not run.session_folder().exists()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_killed_reward_worker_and_producer_are_replaced_and_every_step_trains_its_full_batch(tiny_run, tmp_path,
+                                                                                           run_factory):
+    """The deaths of the test above without its hangs, under the watchdog: after step 1 a reward worker and a
+    producer child are SIGKILLed; Ray restarts the worker and retries its calls, the producer replaces its child.
+    No fault line, every step trains all 8 of its samples, exit 0, nothing left behind."""
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
+                   "  countdown: {weight: 1.0}\n")
+    steps = 4
+    run = run_factory(tiny_run, tmp_path / "run", steps, f"env.mix={mix}", *FAST_WATCHDOG)
+    run.wait_for(lambda: run.steps() >= 1, 900, "step 1")
+    run.strike(r"ray::RewardLoopWorker")
+    run.strike(r"envs\.producer:_generate")
+    assert run.finish(900) == 0, run.output()[-6000:]
+    output = run.output()
+    assert not fault_lines(output) and "could not score" not in output
+    for step in range(1, steps + 1):
+        metrics = metrics_of(output, step)
+        assert metrics["env/samples"] == 8 and metrics["reliability/failed_samples"] == 0, (step, metrics)
+    assert metrics_of(output, steps)["env/producer_respawns"] == 1
+    assert run.left_running() == []
+
+
 # ----- faults that stop the run: one line names each process by its role, the run ends, nothing is left
 
 @pytest.mark.slow
@@ -270,7 +295,8 @@ def test_killed_processes_are_each_named_by_role_on_a_quiet_console(tiny_run, tm
     at_kill = run.steps()
     bound = run.bound(at_kill + 1)
     roles = {r"ray::WorkerDict": "training rank 0", r"ray::TransformersServer": "rollout server 0",
-             r"ray::AgentLoopWorker": "agent loop worker 0", r"ray::TransferQueueController": "TransferQueue controller",
+             r"ray::AgentLoopWorker": "agent loop worker 0",
+             r"ray::TransferQueueController": "TransferQueue controller",
              r"ray::SimpleStorageUnit": "TransferQueue storage 0"}
     for title in roles:
         run.strike(title)
