@@ -21,13 +21,14 @@ PLUGIN = Path(__file__).resolve().parents[1] / "hanging_tasks.py"
 def scorer():
     """A scorer whose child process knows the misbehaving test tasks (registered via RG_GRPO_TASK_MODULES)."""
     os.environ["RG_GRPO_TASK_MODULES"] = str(PLUGIN)
+    before = set(DATASETS)
     spec = importlib.util.spec_from_file_location("hanging_tasks", PLUGIN)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # and in this process, for generating entries
     scorer = IsolatedScorer()
     yield scorer
     scorer.close()
     del os.environ["RG_GRPO_TASK_MODULES"]
-    for name in ("test_sleepy_scorer", "test_deaf_scorer"):  # other test modules count Reasoning Gym's own tasks
+    for name in set(DATASETS) - before:  # every task the plugin added: other test modules count Reasoning Gym's own
         DATASETS.pop(name, None)
 
 
