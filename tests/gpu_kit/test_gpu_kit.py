@@ -124,15 +124,16 @@ def kit_install(*args, cwd=REPO) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not pypi_reachable(), reason="pypi.org cannot be reached from here")
 def test_rehearsal_prepare_from_the_registry_then_install_over_this_environment(tmp_path):
-    """six at another version than this environment's (shadowed), interegular absent from it, zss 1.1.4 only an
-    sdist (built here), pip for the venv; parts of 0.25 MiB, carried one at a time."""
+    """six at another version than this environment's (shadowed), diskcache absent from it (a requirement of the
+    CUDA vLLM only), zss 1.1.4 only an sdist (built here), pip for the venv; parts of 0.25 MiB, carried one at a
+    time."""
     lock = tmp_path / "lock.txt"
-    lock.write_text("interegular==0.3.3\n    # via lm-format-enforcer\nsix==1.16.0\n    # via zss\n"
+    lock.write_text("diskcache==5.6.3\n    # via vllm\nsix==1.16.0\n    # via zss\n"
                     "zss==1.1.4\n    # via reasoning-gym\n")
     (tmp_path / "image.txt").write_text("torch  # stack\n")
     freeze = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True,
                             text=True, check=True).stdout
-    assert "six==1.17.0" in freeze and "zss==1.2.0" in freeze and "interegular" not in freeze
+    assert "six==1.17.0" in freeze and "zss==1.2.0" in freeze and "diskcache" not in freeze
     (tmp_path / "freeze.txt").write_text(freeze)
     made = tmp_path / "made"
     prepared = subprocess.run(
@@ -142,7 +143,7 @@ def test_rehearsal_prepare_from_the_registry_then_install_over_this_environment(
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr[-3000:]
     manifest = json.loads((made / "core-01" / chunks.MANIFEST).read_text())
-    assert manifest["requirements"] == ["interegular==0.3.3", "pip==26.3", "six==1.16.0", "zss==1.1.4"]
+    assert manifest["requirements"] == ["diskcache==5.6.3", "pip==26.3", "six==1.16.0", "zss==1.1.4"]
     assert manifest["sdists"] == [] and any(f["name"].startswith("zss-1.1.4-py3") for f in manifest["files"])
     assert all(p["bytes"] <= 0.25 * 2**20 for p in manifest["parts"]) and len(manifest["parts"]) >= 4
     assert "call  1: carry" in prepared.stdout
@@ -167,7 +168,7 @@ def test_rehearsal_prepare_from_the_registry_then_install_over_this_environment(
     report = json.loads((tmp_path / "install.json").read_text())["core"]
     assert report["pip_check"] == [] and report["packages"] == 4
 
-    probe = ("import importlib.util as u, json, six, zss, interegular, envs; print(json.dumps({'six': six.__version__,"
+    probe = ("import importlib.util as u, json, six, zss, diskcache, envs; print(json.dumps({'six': six.__version__,"
              " 'six_file': six.__file__, 'zss': zss.__file__, 'torch': u.find_spec('torch').origin}))")
     seen = json.loads(subprocess.run([venv / "bin" / "python", "-c", probe], capture_output=True, text=True,
                                      check=True).stdout)
