@@ -3,14 +3,14 @@ platform, found from PyPI's JSON simple API (PEP 691) without downloading a whee
 
 `pip --isolated install --dry-run --no-deps` answers the same question but downloads every wheel it picks (GBs for the
 GPU lock: 17 minutes of CI on a fresh machine); with --no-deps its choice is the file list, the target's tags (pip's
-own list: packaging.tags) and the file's Requires-Python, which is what this reads. A wheel's requirements come from its
-metadata file, which PyPI serves beside it (PEP 658: kilobytes). `tests/project/test_install.py` checks that real pip agrees on the small pins.
+own list: packaging.tags) and the file's Requires-Python, which is what this reads. A wheel's requirements come from
+its metadata file, which PyPI serves beside it (PEP 658: kilobytes). `tests/project/test_install.py` checks that real
+pip agrees on the small pins. The pins come from gpu_kit.selection.read_lock, the project's lock reader.
 """
 
 import concurrent.futures
 import functools
 import json
-import re
 import urllib.request
 from email.parser import Parser
 
@@ -21,12 +21,6 @@ from packaging.version import InvalidVersion, Version
 
 INDEX = "https://pypi.org/simple"
 JSON = "application/vnd.pypi.simple.v1+json"
-
-
-def pins(lock_text: str, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    """The lock's `name==version` lines as (name, version), but those starting with one of `skip`."""
-    found = [re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line) for line in lock_text.splitlines()]
-    return [(m[1], m[2]) for m in found if m and not m[0].startswith(skip)]
 
 
 def linux_tags(python: str, glibc_max: int = 31) -> list[Tag]:
@@ -68,7 +62,7 @@ def _version(text: str) -> Version | None:
         return None
 
 
-def _file_version(filename: str, name: str) -> Version | None:
+def _file_version(filename: str) -> Version | None:
     """The version a wheel's or sdist's file name gives, without parsing the rest (torch lists ~10k files)."""
     if filename.endswith(".whl"):
         return _version(filename.split("-")[1])
@@ -85,7 +79,7 @@ def choose(name: str, version: str, files: list[dict], python: str, tags: list[T
     wanted, best = Version(version), None
     for file in files:
         filename = file["filename"]
-        if _file_version(filename, name) != wanted or not _suits(file.get("requires-python"), python):
+        if _file_version(filename) != wanted or not _suits(file.get("requires-python"), python):
             continue
         if filename.endswith(".whl"):
             score = min((rank[t] for t in parse_wheel_filename(filename)[3] if t in rank), default=None)
