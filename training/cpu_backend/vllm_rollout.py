@@ -28,8 +28,10 @@ from typing import Any, Optional
 import ray
 
 from training.cpu_backend.vllm_cpu import install_finder
+from utils.root_logging import import_keeping_root_logging
 
 install_finder()  # verl's vLLM modules ask importlib.metadata for `vllm` when imported
+import_keeping_root_logging()  # vLLM's server would set the root logger to ERROR
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension  # noqa: E402
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica  # noqa: E402
 

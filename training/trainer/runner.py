@@ -12,6 +12,11 @@ import ray
 from verl.trainer.main_ppo import TaskRunnerV1
 
 import training.trainer.trainer  # noqa: F401  (registers the `reasoning_gym` trainer in this process)
+from utils.root_logging import import_keeping_root_logging
+
+# verl imports its vLLM server module here when it builds the rollout replicas; vLLM's server would set the root
+# logger to ERROR and hide our warnings
+import_keeping_root_logging()
 
 
 class _ReasoningGymTaskRunner(TaskRunnerV1.__ray_actor_class__):
