@@ -13,7 +13,9 @@ the fix (training/launch/devices.py). preflight=true runs the quick CPU check of
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -160,7 +162,8 @@ def launch(cfg: DictConfig) -> None:
     # Ray's GCS keeps up to 100k task events by default and grew without end over a long run (bench_soak: +47% from
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.
     os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", "1000")
-    with driver_console(cfg, LAUNCHED):
+    interrupted = []
+    with driver_console(cfg, LAUNCHED), interrupt_remembered(interrupted):
         if cfg.trainer.device == "cpu":
             activate_cpu_backend(cfg)  # before verl is imported, so that it never guesses another platform
         from verl.trainer.main_ppo import run_ppo
@@ -170,6 +173,24 @@ def launch(cfg: DictConfig) -> None:
 
         auto_set_device(cfg)
         run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
+    if interrupted:  # a Ctrl-C that some library caught on its way up still ends the run as interrupted
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_remembered(interrupted: list):
+    """While training, SIGINT raises KeyboardInterrupt as usual and is also remembered in `interrupted`. In one CI
+    run a Ctrl-C sent after step 1 never surfaced and the run trained to its end with exit 0; whatever swallowed it,
+    the launch now ends interrupted (exit 130, the resume command)."""
+    def on_sigint(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run(cfg: DictConfig) -> int:
