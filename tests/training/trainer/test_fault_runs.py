@@ -58,9 +58,13 @@ class Run:
         try:
             for child in psutil.Process(self.proc.pid).children(recursive=True):
                 try:
-                    self.seen.setdefault((child.pid, child.create_time()), command_line(child))
+                    key, line = (child.pid, child.create_time()), command_line(child)
                 except psutil.Error:
-                    pass
+                    continue
+                # the latest command line: a process seen between fork and exec shows its parent's, and the raylet's
+                # own names the session folder; an exited process shows '' (what was seen is kept)
+                if line or key not in self.seen:
+                    self.seen[key] = line
         except psutil.Error:
             pass
         return self.proc.poll() is None
