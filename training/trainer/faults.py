@@ -24,6 +24,7 @@ import errno
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -85,11 +86,23 @@ def check_failed_samples(failed: int, expected: int, max_fraction: float, dead: 
                             "trained on a short batch; fix the cause and resume")
 
 
-def dead_processes(trainer) -> list[str]:
-    """Asks every process of the run whether it lives; returns a description of each dead one, by its role."""
-    from training.trainer.processes import DEAD, probe, run_processes
+def dead_processes(trainer, settle_rounds: int = 2) -> list[str]:
+    """Asks every process of the run whether it lives; returns a description of each dead one, by its role.
 
-    return [result.describe() for result in probe(run_processes(trainer), PING_SECONDS) if result.state == DEAD]
+    A process killed a moment ago can still be silent or answer "unavailable" (Ray has not yet seen its death): the
+    silent ones are asked again, a second apart, up to `settle_rounds` times, so that one error names every process
+    that died with it (in one CI run a TransferQueue storage unit killed with four others was left out)."""
+    from training.trainer.processes import DEAD, SILENT, probe, run_processes
+
+    results = probe(run_processes(trainer), PING_SECONDS)
+    for _ in range(settle_rounds):
+        silent = [i for i, result in enumerate(results) if result.state == SILENT]
+        if not silent:
+            break
+        time.sleep(1.0)
+        for i, again in zip(silent, probe([results[i].process for i in silent], PING_SECONDS)):
+            results[i] = again
+    return [result.describe() for result in results if result.state == DEAD]
 
 
 def resume_command(argv: list[str] | None = None) -> str:
