@@ -154,14 +154,39 @@ def _silent(process: RunProcess, cpu_before: float | None) -> Probe:
     try:
         proc = psutil.Process(process.pid)
         status = proc.status()
-    except psutil.Error:  # Ray restarts it, or will say it is dead: not a culprit of its own
-        return Probe(process, SILENT, "no answer, its process is gone (restarting?)", busy=True)
+    except psutil.Error:
+        restarted = _restarted_pid(process)
+        if restarted is None:  # Ray restarts it, or will say it is dead: not a culprit of its own
+            return Probe(process, SILENT, "no answer, its process is gone (restarting?)", busy=True)
+        process.pid, cpu_before = restarted, None  # Ray restarted it: the new process is the one to read
+        try:
+            status = psutil.Process(process.pid).status()
+        except psutil.Error:
+            return Probe(process, SILENT, "no answer, its restarted process is gone too (restarting?)", busy=True)
     if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
         return Probe(process, SILENT, "its process is stopped (SIGSTOP or a debugger)", stopped=True)
     cpu_after = _cpu_seconds(process.pid)
     if cpu_before is not None and cpu_after is not None and cpu_after - cpu_before > 0.05:
         return Probe(process, SILENT, "busy (it used CPU time meanwhile)", busy=True)
     return Probe(process, SILENT, f"no answer and no CPU time used meanwhile (process state: {status})")
+
+
+def _restarted_pid(process: RunProcess) -> int | None:
+    """The pid of the process Ray restarted this actor in (Ray's actor table: the dashboard's state API is off), when
+    Ray says it is alive again on this node in another process; else None. A restarted reward worker that then hangs
+    would otherwise be read through its dead predecessor's pid forever."""
+    actor_id = getattr(process.handle, "_actor_id", None)
+    if actor_id is None:
+        return None
+    try:
+        from ray._private.state import actors
+
+        info = actors(actor_id.hex())
+    except Exception:  # noqa: BLE001 - a private API: its absence leaves the old reading
+        return None
+    pid, node = int(info.get("Pid") or 0), (info.get("Address") or {}).get("NodeID")
+    alive_here = info.get("State") == "ALIVE" and node == ray.get_runtime_context().get_node_id()
+    return pid if alive_here and pid and pid != process.pid else None
 
 
 def _stopped(process: RunProcess) -> bool:

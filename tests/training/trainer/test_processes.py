@@ -45,6 +45,41 @@ def test_probe_tells_alive_dead_stopped_and_busy_actors_apart():
         ray.shutdown()
 
 
+@pytest.mark.slow
+def test_a_restarted_actor_that_then_stops_is_read_through_its_new_process():
+    """Ray restarts a killed reward worker in a new process; when that one is stopped before any probe learnt its pid,
+    the probe finds it through Ray's actor table and names it stopped, not "gone (restarting?)" forever."""
+    import time
+
+    import ray
+    from ray._private.state import actors
+
+    @ray.remote(num_cpus=0, max_restarts=1)
+    class Worker:
+        pass
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        worker = RunProcess("reward worker 0", Worker.remote(), restartable=True)
+        assert probe([worker], timeout=60)[0].state == ALIVE
+        first = worker.pid
+        os.kill(first, signal.SIGKILL)
+        deadline, info = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:
+            info = actors(worker.handle._actor_id.hex())
+            if info.get("State") == "ALIVE" and info.get("Pid") not in (0, first):
+                break
+            time.sleep(0.2)
+        restarted = int(info["Pid"])
+        assert restarted != first and worker.pid == first  # the probe still holds the dead process's pid
+        os.kill(restarted, signal.SIGSTOP)
+        found = probe([worker], timeout=3)[0]
+        assert found.state == SILENT and found.stopped and worker.pid == restarted, found.describe()
+        os.kill(restarted, signal.SIGCONT)
+    finally:
+        ray.shutdown()
+
+
 def test_ray_reason_keeps_the_exit_detail_without_the_boilerplate():
     text = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
             "detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
