@@ -1,6 +1,8 @@
 """A Ray cluster of two nodes on this machine (ray.cluster_utils.Cluster: each node its own raylet, CPUs and one
 logical GPU slot), joined through RAY_ADDRESS: `trainer.nnodes=2` trains through the CPU backend (one FSDP2 rank per
-node over gloo), saves, resumes in a new driver and exports, as a user of a real multi-node cluster would."""
+node over gloo), saves, resumes in a new driver and exports, as a user of a real multi-node cluster would. Bypass mode is
+off (a GPU run's setting): the two ranks recompute the old log-probs, compared with the rollout's (the guard of
+test_train.py's two-rank run on one node, extended)."""
 
 import os
 import subprocess
@@ -12,7 +14,7 @@ import pytest
 from tests.training.test_train import PROMPTS, SAMPLES, step_metrics, train
 
 REPO = Path(__file__).resolve().parents[2]
-TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1",
+TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", "algorithm.rollout_correction.bypass_mode=false",
              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]
@@ -31,7 +33,8 @@ def test_two_node_cluster_trains_saves_resumes_and_exports(tmp_path, tiny_run, m
         first = train(tiny_run, tmp_path, "cpu", 2, *TWO_NODES)
         assert f"joining the Ray cluster at {cluster.address}: 2 node(s), 18 CPUs, 2 GPU slots" in first
         for step in (1, 2):
-            assert step_metrics(first, step)["env/samples"] == PROMPTS * SAMPLES
+            metrics = step_metrics(first, step)
+            assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["training/rollout_probs_diff_mean"] < 1e-3
         actor = tmp_path / "ckpt" / "global_step_2" / "actor"
         assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
             "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]

@@ -35,6 +35,7 @@ from tests.training.grpo_by_hand import finite, group_advantages, on_policy_loss
 from tests.training.shipped import BASELINE, CONFIGS, composed, step_settings
 from tests.training.test_train import PROMPTS, SAMPLES, step_metrics, train
 from training.launch.config import compose_config
+from utils import generation_viewer as viewer
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = ["data.max_prompt_length=2048", "env.preflight.length_check_items=8", "env.dump.groups_per_step=64",
@@ -218,6 +219,10 @@ def test_config_takes_real_grpo_steps(name, ray_address, varied_length_model, ti
     assert finite(metrics) == [] and metrics["env/samples"] == PROMPTS * SAMPLES and metrics["actor/grad_norm"] > 0
     cfg = compose_config(name, [*tiny_run, *overrides])  # the settings of the run, as trained
     rows = step_rows(tmp_path, 1)
+    # the generation viewer reads the run's real dump (its own real run, with validation dumps, is extended)
+    viewed, summaries = viewer.load([tmp_path / "ckpt"])
+    assert len([r for r in viewed if r["source"] == "train"]) == PROMPTS * SAMPLES and sorted(summaries) == [1]
+    assert all(r["task"] != "unknown" and r["expected"] is not None for r in viewed)
     check_policy_loss(cfg, rows, metrics)
     if OmegaConf.select(cfg, "reward.reward_kwargs.overlong_buffer_cfg.enable"):
         check_overlong(cfg, rows)

@@ -158,9 +158,11 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(900)
 def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
-    """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank."""
+    """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank. (`extended`:
+    test_multinode.py's run checks the same two ranks over gloo, bypass off, across two nodes.)"""
     # bypass off: the old log-probs are recomputed by the sharded actor and compared with the rollout's
     output = train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
                    "algorithm.rollout_correction.bypass_mode=false",

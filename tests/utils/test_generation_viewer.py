@@ -395,9 +395,11 @@ def test_ten_thousand_generations_load_and_filter_quickly(tmp_path):
 
 # ----- the real trainer -----
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(900)
 def test_real_training_run_dumps_and_views(tmp_path):
-    """Two GRPO steps on the tiny model (CPU backend) with validation: train and val dumps, viewed in one page."""
+    """Two GRPO steps on the tiny model (CPU backend) with validation: train and val dumps, viewed in one page.
+    (`extended`: in CI the train dump of every test_shipped_configs.py launch is read by the viewer.)"""
     run = tmp_path / "ckpt"
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "model=tiny", "trainer.device=cpu",
            "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",

@@ -91,7 +91,7 @@ def dead_processes(trainer, settle_rounds: int = 2) -> list[str]:
 
     A process killed a moment ago can still be silent or answer "unavailable" (Ray has not yet seen its death): the
     silent ones are asked again, a second apart, up to `settle_rounds` times, so that one error names every process
-    that died with it (in one CI run a TransferQueue storage unit killed with four others was left out)."""
+    that died with it."""
     from training.trainer.processes import DEAD, SILENT, probe, run_processes
 
     results = probe(run_processes(trainer), PING_SECONDS)
