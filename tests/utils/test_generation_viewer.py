@@ -372,6 +372,7 @@ def large_run(directory: Path, generations: int, per_step: int = 100) -> None:
 
 @needs_chromium
 @pytest.mark.slow
+@pytest.mark.serial  # page timings
 def test_ten_thousand_generations_load_and_filter_quickly(tmp_path):
     large_run(tmp_path / "generations" / "train", 10_000)
     start = time.perf_counter()

@@ -21,6 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# the bounds asserted here hold a run's own step times plus slack for load: run alone (`make test`'s serial part)
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[3]
 # hang bounds for these runs: 3 x the slowest step so far, at least 5 s (tiny steps take ~1-6 s)
 FAST_WATCHDOG = ["env.watchdog.factor=3", "env.watchdog.min_seconds=5"]

@@ -11,6 +11,7 @@ from training.trainer.processes import ALIVE, DEAD, SILENT, RunProcess, kill, pr
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # "busy" is CPU time used during the probe: a loaded machine starves the spinning actor
 def test_probe_tells_alive_dead_stopped_and_busy_actors_apart():
     import ray
 
