@@ -100,7 +100,7 @@ def validate_with_verl(cfg: DictConfig) -> None:
         # vLLM's CPU build: verl's vLLM package asks for a distribution named `vllm` when imported (a no-op where a
         # real vLLM is installed; before this, the check passed only in a process that had installed the finder)
         install_finder()
-    if lora_rank > 0 and importlib.util.find_spec("vllm") is None:
+    elif lora_rank > 0:
         if lora_rank > 512:
             raise ValueError(f"actor_rollout_ref.model.lora_rank={lora_rank}: vLLM serves LoRA ranks up to 512")
         with open_dict(copy):
