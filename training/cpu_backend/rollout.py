@@ -3,6 +3,9 @@
 Three parts, one per verl role (the same split vLLM has in verl):
 - `TransformersServer`: a Ray actor per replica serving verl's token-in/token-out `generate`; the agent loop's
   concurrent requests are gathered into batches and sampled in one decode loop (training.cpu_backend.sampling).
+  A batch's numbers depend on its rows (padding width, matrix shapes), so for runs that repeat exactly the trainer
+  announces each submission's request count (`expect`, training/trainer/seeding.py): the server then waits for all
+  of them and samples them sorted by prompt and seed, whatever order and timing they arrived in.
 - `TransformersReplica` (verl's `RolloutReplicaRegistry`, name "transformers"): starts the servers.
 - `TransformersRolloutAdapter` (built inside each actor worker): receives the actor's weights after every update
   through verl's own "naive" weight-sync path and ships them to its replica's server; forwards sleep / wake-up.
@@ -112,12 +115,20 @@ class DecodeProgress:
             self.bar = None
 
 
+STALL_SECONDS = 5.0  # an announced submission whose requests stop arriving this long is sampled as it is
+
+
 @dataclass
 class _Request:
     prompt_ids: list[int]
     max_tokens: int
     spec: SamplingSpec
+    seed: Optional[int]
     future: asyncio.Future = field(repr=False)
+
+    def order(self) -> tuple:
+        """The place of the request in a batch: by prompt (a group's samples share one prefill), then seed."""
+        return (self.prompt_ids, -1 if self.seed is None else self.seed, self.max_tokens)
 
 
 class TransformersServer:
@@ -156,6 +167,7 @@ class TransformersServer:
         self.global_steps: Optional[int] = None
         self.gather_seconds = gather_seconds
         self.pending: list[_Request] = []
+        self.expected = 0  # requests announced (`expect`) and not yet taken into a batch
         self.batcher: Optional[asyncio.Task] = None
         self.awake: Optional[asyncio.Event] = None
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0}
@@ -185,25 +197,54 @@ class TransformersServer:
             max_tokens = min(self.config.response_length,
                              self.config.prompt_length + self.config.response_length - len(prompt_ids))
         max_tokens = max(1, min(int(max_tokens), room))
+        seed = params.get("seed")
         future = asyncio.get_running_loop().create_future()
-        self.pending.append(_Request(prompt_ids, max_tokens, SamplingSpec.from_params(params), future))
+        self.pending.append(_Request(prompt_ids, max_tokens, SamplingSpec.from_params(params),
+                                     None if seed is None else int(seed), future))
         if self.batcher is None or self.batcher.done():
             self.batcher = asyncio.create_task(self._drain())
         return await future
 
+    async def expect(self, count: int) -> None:
+        """The trainer announces a submission of `count` requests: they are sampled together once all have arrived."""
+        self.expected += int(count)
+
+    async def _gather(self) -> None:
+        """Waits for the announced requests (all of them, or until they stop arriving for STALL_SECONDS); without an
+        announcement, until none arrive for `gather_seconds` or a batch is full."""
+        seen, quiet = -1, 0.0
+        while len(self.pending) < self.expected:
+            quiet = 0.0 if len(self.pending) != seen else quiet + self.gather_seconds
+            if quiet >= STALL_SECONDS:
+                logger.warning("rollout replica %d: %d of %d announced requests arrived; sampling them without the "
+                               "rest (this batch is not reproducible)", self.replica_rank, len(self.pending),
+                               self.expected)
+                break
+            seen = len(self.pending)
+            await asyncio.sleep(self.gather_seconds)
+        if self.expected:
+            return
+        while seen != len(self.pending) and len(self.pending) < int(self.config.max_num_seqs):
+            seen = len(self.pending)
+            await asyncio.sleep(self.gather_seconds)
+
     async def _drain(self) -> None:
-        """Gathers requests until none arrive for `gather_seconds`, then samples them group by group."""
+        """Gathers requests (`_gather`), then samples them sorted, group by group, max_num_seqs at a time."""
         while self.pending:
-            seen = -1
-            while seen != len(self.pending) and len(self.pending) < int(self.config.max_num_seqs):
-                seen = len(self.pending)
-                await asyncio.sleep(self.gather_seconds)
+            await self._gather()
             await self._awake_event().wait()
-            batch, self.pending = self.pending[: int(self.config.max_num_seqs)], self.pending[int(self.config.max_num_seqs):]
+            if self.expected:  # everything announced has arrived (or stalled): one batch
+                batch, self.pending, self.expected = self.pending, [], 0
+            else:
+                size = int(self.config.max_num_seqs)
+                batch, self.pending = self.pending[:size], self.pending[size:]
             groups: dict[SamplingSpec, list[_Request]] = {}
-            for request in batch:
+            for request in sorted(batch, key=_Request.order):
                 groups.setdefault(request.spec, []).append(request)
-            for spec, requests in groups.items():
+            chunks = [(spec, requests[start:start + int(self.config.max_num_seqs)])
+                      for spec, requests in groups.items()
+                      for start in range(0, len(requests), int(self.config.max_num_seqs))]
+            for spec, requests in chunks:
                 try:
                     outputs = await asyncio.to_thread(self._sample, spec, requests)
                 except Exception as err:  # every waiting request learns why
@@ -224,7 +265,8 @@ class TransformersServer:
         self.progress.start(len(requests), max(r.max_tokens for r in requests))
         try:
             sampled = sample_batch(self.model, [r.prompt_ids for r in requests], [r.max_tokens for r in requests],
-                                   spec, self.eos_token_ids, self.pad_token_id, self.generator)
+                                   spec, self.eos_token_ids, self.pad_token_id, self.generator,
+                                   seeds=[r.seed for r in requests])
         finally:
             self.progress.finish(sampled)
         self.stats["batches"] += 1

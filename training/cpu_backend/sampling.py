@@ -66,12 +66,14 @@ def _apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty:
 
 @torch.inference_mode()
 def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spec: SamplingSpec,
-                 eos_token_ids: set[int], pad_token_id: int, generator: torch.Generator | None = None) -> list[Sampled]:
+                 eos_token_ids: set[int], pad_token_id: int, generator: torch.Generator | None = None,
+                 seeds: list[int | None] | None = None) -> list[Sampled]:
     """Samples one response per prompt (left-padded batch, one KV cache); returns them in prompt order.
 
     Identical prompts (a GRPO group's n samples) are prefilled once and their KV cache rows repeated: prefill of
     ~300-token prompts dominates CPU generation. Each row stops at its first EOS token or at its own
-    `max_new_tokens`; the batch stops when every row has.
+    `max_new_tokens`; the batch stops when every row has. A row with a seed (`seeds[i]`, vLLM's per-request
+    `seed`) draws from its own generator, so its draws do not depend on the other rows; the others share `generator`.
     """
     device = next(model.parameters()).device
     unique = list(dict.fromkeys(tuple(p) for p in prompts))
@@ -91,6 +93,8 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
     if rows is not None:  # one row per request from here on
         cache.reorder_cache(rows)
         input_ids, mask, positions, logits = input_ids[rows], mask[rows], positions[rows], logits[rows]
+    row_generators = [torch.Generator(device=device).manual_seed(int(seed)) if seed is not None else None
+                      for seed in (seeds or [])] if seeds and any(seed is not None for seed in seeds) else None
     tokens, log_probs = [], []
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     seen = input_ids.masked_fill(mask == 0, -1)
@@ -104,7 +108,12 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
             token = scaled.argmax(dim=-1)
         else:
             filtered = _filter_top_k_top_p(scaled, spec.top_k, spec.top_p)
-            token = torch.multinomial(filtered.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+            probs = filtered.softmax(dim=-1)
+            if row_generators is None:
+                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            else:  # one draw per row, each from its own generator (or the shared one)
+                token = torch.cat([torch.multinomial(probs[row], 1, generator=g if g is not None else generator)
+                                   for row, g in enumerate(row_generators)])
         token = token.masked_fill(done, pad_token_id)
         tokens.append(token)
         log_probs.append(step_log_probs.gather(-1, token[:, None]).squeeze(-1))

@@ -4,7 +4,8 @@ Our keys live under `env:` and `preflight` (verl ignores unknown top-level keys)
 in the driver, before verl sees the config:
 - `actor_rollout_ref.model.path: offline:<name>` -> a local model folder prepared without network (utils.offline_models);
 - `trainer.n_gpus_per_node: auto` -> the number of devices in CUDA_VISIBLE_DEVICES (or every visible CUDA device);
-- `trainer.v1.trainer_mode` must name our registered trainer (training.trainer.trainer.TRAINER_NAME).
+- `trainer.v1.trainer_mode` must name our registered trainer (training.trainer.trainer.TRAINER_NAME);
+- `rollout.agent.agent_loop_config_path`: the absolute path of our agent-loop registry file, when the config uses ours.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 VERL_CONFIG_SEARCHPATH = "pkg://verl.trainer.config"
 OFFLINE_PREFIX = "offline:"
+# our agent loop (a seed per sampled request, training/trainer/seeding.py) and verl's registry file that names it
+AGENT_LOOP_NAME = "rg_seeded_single_turn"
+AGENT_LOOPS_FILE = Path(__file__).resolve().parents[1] / "trainer" / "agent_loops.yaml"
 
 
 def shipped_config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -66,7 +70,8 @@ def resolve_model_path(path: str) -> str:
 def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
     """Fills the sentinels in place (model path, GPU count) and returns `cfg`.
 
-    Reads: actor_rollout_ref.model.path, trainer.n_gpus_per_node. `gpu_count` defaults to the visible
+    Reads: actor_rollout_ref.model.path, trainer.n_gpus_per_node, rollout.agent.default_agent_loop (ours needs
+    verl's agent_loop_config_path to name its registry file). `gpu_count` defaults to the visible
     CUDA devices; with none visible, `auto` becomes 1 (the preflight checks the config as a one-GPU run).
     """
     with open_dict(cfg):
@@ -74,6 +79,9 @@ def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
         cfg.actor_rollout_ref.model.path = model_path
         if cfg.actor_rollout_ref.model.get("tokenizer_path") and str(cfg.actor_rollout_ref.model.tokenizer_path).startswith(OFFLINE_PREFIX):
             cfg.actor_rollout_ref.model.tokenizer_path = resolve_model_path(cfg.actor_rollout_ref.model.tokenizer_path)
+        agent = cfg.actor_rollout_ref.rollout.agent
+        if agent.get("default_agent_loop") == AGENT_LOOP_NAME and not agent.get("agent_loop_config_path"):
+            agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)  # absolute: verl's workers resolve it from their cwd
         if str(cfg.trainer.n_gpus_per_node) == "auto":
             count = visible_gpu_count() if gpu_count is None else gpu_count
             cfg.trainer.n_gpus_per_node = max(count, 1)

@@ -8,7 +8,9 @@ Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mo
   feed the curriculum and the task sampler (envs.sampler) and dump a few groups with their reward fields
   (training/trainer/generations.py, `env.dump`), before verl saves the checkpoint of that step;
 - under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`, which reads
-  the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there).
+  the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there);
+- `fit` hands verl the agent-loop manager wrapped in `OrderedSubmissions` and the replay buffer lists each sampled
+  batch in submission order, not arrival order (training/trainer/seeding.py): a run of one seed repeats exactly.
 Everything else, hooks included, is verl's PPOTrainerSync.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 
+import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
@@ -44,6 +47,7 @@ from training.trainer.metrics import (
 )
 from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event
 from training.trainer.rendezvous import choose_port_range, rendezvous_ports
+from training.trainer.seeding import OrderedSubmissions, ordered_keys
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -63,12 +67,24 @@ class GuardedReplayBuffer(ReplayBuffer):
     a batch short of failed samples stops the run instead of training (training/trainer/faults.py)."""
 
     guard = None  # callable(batch, metrics), set by the trainer
+    order = None  # {uid: (submission, position)} of OrderedSubmissions, set by the trainer's fit
 
     def sample(self, *args, **kwargs):
         batch, metrics = super().sample(*args, **kwargs)
         if self.guard is not None:
             self.guard(batch, metrics)
         return batch, metrics
+
+    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str], partition_snapshot: dict):
+        """verl's batch, its trajectories listed in submission order (seeding.ordered_keys) instead of arrival order."""
+        batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+        if self.order is None:
+            return batch
+        keys, tags = ordered_keys(batch.keys, batch.tags, self.order)
+        for uid in selected_prompt_uids:
+            self.order.pop(uid, None)
+        return type(batch)(keys=keys, tags=tags, partition_id=batch.partition_id, fields=batch.fields,
+                           extra_info=batch.extra_info)
 
 
 class ObservingReplayBuffer(GuardedReplayBuffer):
@@ -91,9 +107,12 @@ class ObservingReplayBuffer(GuardedReplayBuffer):
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         if self.observer is not None and partition_id == "train" and uids:
             finished = set(uids) & self.finished_keys[partition_id]
-            keys = sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in finished)
+            keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in finished]
+            keys, _ = ordered_keys(keys, [{}] * len(keys), self.order or {})
             if keys:
                 self.observer(keys, partition_id)
+        for uid in uids:
+            (self.order or {}).pop(uid, None)
         super()._clear_groups(partition_id, uids)
 
 
@@ -126,6 +145,34 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         logger.info("rendezvous ports %s", port_range)
         with rendezvous_ports(port_range):
             super().init()
+
+    def fit(self, agent_loop_manager):
+        """verl's fit, on the manager wrapped to number and announce each submission (training/trainer/seeding.py)."""
+        submissions = OrderedSubmissions(agent_loop_manager, self._announcer(), self._samples_per_prompt)
+        self.replay_buffer.order = submissions.order
+        return super().fit(submissions)
+
+    def _samples_per_prompt(self, validate: bool) -> int:
+        rollout = self.config.actor_rollout_ref.rollout
+        return int(rollout.val_kwargs.n if validate else rollout.n)
+
+    def _announcer(self):
+        """How to tell the CPU backend's one transformers server a submission's size (it then samples the whole
+        submission as one batch); None for other rollouts and for several replicas (verl routes by load)."""
+        from training.cpu_backend.rollout import ROLLOUT_NAME, server_actor_name
+
+        if str(self.config.actor_rollout_ref.rollout.name) != ROLLOUT_NAME:
+            return None
+        servers = []
+        for rank in range(2):
+            try:
+                servers.append(ray.get_actor(server_actor_name(rank)))
+            except ValueError:
+                break
+        if len(servers) != 1:
+            logger.info("%d rollout replicas: batches are gathered as requests arrive (not reproducible)", len(servers))
+            return None
+        return lambda count: ray.get(servers[0].expect.remote(count))
 
     # The console (training/launch/console.py) follows the run through <env.logs_dir>/progress.jsonl: verl's Tracking,
     # assigned to self.logger in fit(), is wrapped to append each step's numbers; the hooks add the phases.

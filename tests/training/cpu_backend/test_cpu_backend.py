@@ -263,3 +263,41 @@ def test_wire_format_round_trips_bf16():
 
     tensor = torch.randn(3, 4).to(torch.bfloat16)
     assert torch.equal(_from_wire(*_to_wire(tensor)), tensor)
+
+
+def test_an_announced_submission_samples_alike_whatever_its_arrival(server):
+    """The trainer announces a submission's size (`expect`): the server waits for all of it and samples it as one
+    batch sorted by prompt and seed, so the same seeded requests give the same responses, to the bit, whether they
+    arrive in one burst or in two waves and in any order. Unannounced, the two waves are two batches."""
+    prompts = [list(range(5, 40)), list(range(7, 30))]
+    requests = [(prompts[i % 2], 1000 + i) for i in range(6)]
+
+    async def submit(order, pause, announce):
+        if announce:
+            await server.expect(len(order))
+        params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+        first = [asyncio.create_task(server.generate(p, dict(params, seed=s), f"r{s}")) for p, s in order[:2]]
+        await asyncio.sleep(pause)  # longer than the server's gather window: a second wave
+        rest = [asyncio.create_task(server.generate(p, dict(params, seed=s), f"r{s}")) for p, s in order[2:]]
+        outputs = await asyncio.gather(*first, *rest)
+        return {seed: (o.token_ids, o.log_probs) for (_, seed), o in zip(order, outputs)}
+
+    burst = asyncio.run(submit(requests, 0.0, True))
+    assert server.stats["batches"] == 1
+    waves = asyncio.run(submit(requests[::-1], 0.3, True))
+    assert server.stats["batches"] == 2 and waves == burst
+    asyncio.run(submit(requests, 0.3, False))
+    assert server.stats["batches"] == 4  # unannounced: each wave sampled as it came
+    assert len({tuple(tokens) for tokens, _ in burst.values()}) > 1  # seeds differ, so do the samples
+
+
+def test_a_request_seed_names_its_sample():
+    from training.trainer.seeding import ordered_keys, request_seed
+
+    seeds = {request_seed(0, step, index, session) for step in (1, 2) for index in (0, 1) for session in range(4)}
+    assert len(seeds) == 16 and all(0 <= s < 2 ** 63 for s in seeds)
+    assert request_seed(0, 1, 5, 2) == request_seed(0, 1, 5, 2) != request_seed(1, 1, 5, 2)
+    keys = ["b_1_0", "a_0_0", "c_0_0", "b_0_0", "a_1_0"]
+    order = {"a": (1, 1), "b": (1, 0)}  # c: not submitted through the wrapper
+    assert ordered_keys(keys, [{"k": k} for k in keys], order) == (
+        ["b_0_0", "b_1_0", "a_0_0", "a_1_0", "c_0_0"], [{"k": k} for k in ["b_0_0", "b_1_0", "a_0_0", "a_1_0", "c_0_0"]])

@@ -103,3 +103,20 @@ def test_unknown_task_in_mix_is_named(tmp_path):
     assert len(problems) == 1 and "chain_summ" in problems[0] and "chain_sum" in problems[0]
     with pytest.raises(FileNotFoundError, match="use one of"):
         mix_path("no_such_mix")
+
+
+def test_every_config_samples_through_our_seeded_agent_loop():
+    """Each request's seed comes from our agent loop (training/trainer/seeding.py): the resolved config names it and
+    points verl's workers to the registry file by an absolute path, and that file's entry imports."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    from training.launch.config import AGENT_LOOP_NAME, AGENT_LOOPS_FILE
+    from training.trainer.seeding import SeededSingleTurnAgentLoop
+
+    for name in shipped_config_names():
+        agent = resolve_config(compose_config(name, ["model=tiny"]), gpu_count=1).actor_rollout_ref.rollout.agent
+        assert agent.default_agent_loop == AGENT_LOOP_NAME, name
+        assert Path(agent.agent_loop_config_path) == AGENT_LOOPS_FILE and AGENT_LOOPS_FILE.is_absolute()
+    entries = {entry.name: entry for entry in OmegaConf.load(AGENT_LOOPS_FILE)}
+    assert hydra.utils.get_class(entries[AGENT_LOOP_NAME]._target_) is SeededSingleTurnAgentLoop

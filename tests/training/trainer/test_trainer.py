@@ -183,6 +183,17 @@ def test_contract_verl_clears_dropped_groups_through_one_method():
     assert "finished_uids = self.finished_keys[partition_id]" in source(ReplayBuffer._dapo_filtered_keys)
 
 
+def test_contract_a_sampled_batch_is_listed_by_one_method():
+    """GuardedReplayBuffer reorders `_materialize_batch`'s batch (training/trainer/seeding.py): verl builds it there,
+    from the snapshot of the partition (arrival order), and `sample` returns it as built."""
+    assert list(inspect.signature(ReplayBuffer._materialize_batch).parameters) == [
+        "self", "partition_id", "selected_prompt_uids", "partition_snapshot"]
+    materialize = source(ReplayBuffer._materialize_batch)
+    assert "for key, tag in partition_snapshot.items():" in materialize and "KVBatchMeta(" in materialize
+    assert "return self._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)," in source(
+        ReplayBuffer.sample)
+
+
 LEARN_MIX = ("tasks:\n  chain_sum: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
              "  spell_backward: {weight: 1.0, config: {min_word_len: 3, max_word_len: 4}}\n"
              "sampler: {strategy: learnability, window: 8, temperature: 0.1, exploration: 0.0, floor: 0.2}\n")
