@@ -11,7 +11,8 @@ Stages, each the command a user would run, in its own process:
   3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base (cached: evaluated once per model,
                 suite, scoring and sampling)
   4. eval-trained  the same on RUN/model -> RUN/eval/trained
-  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare, its summary printed
+  5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare, its summary printed; then RUN/summary.png
+                (in-training validation beside the held-out change per group) and the verdict in one sentence
 Both evaluations score and sample as training did (`--from-run`: the run's reward options, system prompt,
 temperature, top_p and max tokens); `--eval-override` may still change them, for both.
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from training.report.verdict import plot_summary, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("train", "export", "eval-base", "eval-trained", "compare")
@@ -147,19 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     run.stage("compare", [py, "evaluation/evaluate_model.py", "--compare", str(run.dir / "eval" / "base"),
                           str(run.dir / "eval" / "trained"), "--output", str(run.dir / "eval" / "compare")],
               key=trained_key, outputs=(run.dir / "eval" / "compare",))
-    print_comparison(run.dir / "eval" / "compare", step)
+    cmps = print_comparison(run.dir / "eval" / "compare", step)
+    summary = summary_png(run.dir, checkpoints, cmps)
     print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
-          f"{_short(run.dir / 'model')}")
+          f"{_short(run.dir / 'model')}" + (f", validation and verdict drawn in {_short(summary)}" if summary else ""))
+    print(f"[pipeline] verdict: {verdict_sentence(cmps)}")
     return 0
 
 
-def print_comparison(compare_dir: Path, step: int) -> None:
-    """The held-out comparison in a few lines (evaluation.compare.summary_lines)."""
+def summary_png(run_dir: Path, checkpoints: Path, cmps: dict) -> Path | None:
+    """RUN/summary.png (training/report/verdict.py); None, said on the console, when it cannot be drawn."""
+    from training.report.report import load_run
+
+    try:
+        return plot_summary(load_run(checkpoints), cmps, run_dir / "summary.png")
+    except Exception as err:  # a missing plot must not hide the verdict
+        print(f"[pipeline] summary.png not drawn: {type(err).__name__}: {err}")
+        return None
+
+
+def print_comparison(compare_dir: Path, step: int) -> dict:
+    """Prints the held-out comparison in a few lines (evaluation.compare.summary_lines); returns it."""
     from evaluation.compare import load_comparisons, summary_lines
 
+    cmps = load_comparisons(str(compare_dir))
     print(f"[pipeline] held-out evaluation, base vs trained (step {step}), paired 95% intervals over items:")
-    for line in summary_lines(load_comparisons(str(compare_dir))):
+    for line in summary_lines(cmps):
         print(f"  {line}")
+    return cmps
 
 
 if __name__ == "__main__":

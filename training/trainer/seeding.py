@@ -7,7 +7,8 @@ number in its group), so a response's draws are the same in every run of the see
 
 - `SeededSingleTurnAgentLoop`: verl's single-turn agent loop, adding `seed` to each sampled request's sampling
   parameters (a vLLM `SamplingParams` field, honoured per request by vLLM and by the CPU backend's transformers
-  server). Named in verl's agent-loop registry file agent_loops.yaml (training/launch/config.py points verl to it).
+  server) where `seeds_requests` says so. Named in verl's agent-loop registry file agent_loops.yaml
+  (training/launch/config.py points verl to it).
 - `OrderedSubmissions`: wraps the agent-loop manager the trainer submits prompts to: it numbers the prompts in
   submission order (for `ordered_keys`, which sorts a sampled batch into that order instead of arrival order) and tells
   a CPU backend's transformers server how many requests each submission will send, so that it samples them as one
@@ -38,11 +39,21 @@ def run_seed(config) -> int:
     return int(env_seed if env_seed is not None else config.actor_rollout_ref.rollout.get("seed", 0) or 0)
 
 
+def seeds_requests(rollout_config) -> bool:
+    """Whether sampled requests get seeds: on the CPU backend's transformers rollout (which then repeats a run to the
+    bit), and wherever `rollout.full_determinism` asks for it (verl alone would give every request of a replica the
+    same seed there, and a GRPO group's samples would be alike). Not by default on vLLM: it draws for seeded requests
+    one request at a time, and its batches, gathered as requests arrive, would not repeat anyway."""
+    return str(rollout_config.get("name")) == "transformers" or bool(rollout_config.get("full_determinism", False))
+
+
 class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
-    """verl's single-turn agent loop whose sampled requests carry `request_seed(...)` (greedy ones need none)."""
+    """verl's single-turn agent loop whose sampled requests carry `request_seed(...)` where `seeds_requests` (greedy
+    ones need none)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs):
-        if float(sampling_params.get("temperature", 1.0)) > 0 and sampling_params.get("seed") is None:
+        if (seeds_requests(self.rollout_config) and float(sampling_params.get("temperature", 1.0)) > 0
+                and sampling_params.get("seed") is None):
             seed = request_seed(run_seed(self.config), _scalar(kwargs.get("global_steps", 0)),
                                 _scalar(kwargs.get("index", 0)), _scalar(kwargs.get("session_id", 0)))
             sampling_params = {**sampling_params, "seed": seed}

@@ -301,3 +301,13 @@ def test_a_request_seed_names_its_sample():
     order = {"a": (1, 1), "b": (1, 0)}  # c: not submitted through the wrapper
     assert ordered_keys(keys, [{"k": k} for k in keys], order) == (
         ["b_0_0", "b_1_0", "a_0_0", "a_1_0", "c_0_0"], [{"k": k} for k in ["b_0_0", "b_1_0", "a_0_0", "a_1_0", "c_0_0"]])
+
+
+def test_requests_are_seeded_on_the_cpu_rollout_and_where_determinism_is_asked():
+    from omegaconf import OmegaConf
+
+    from training.trainer.seeding import seeds_requests
+
+    assert seeds_requests(OmegaConf.create({"name": "transformers", "full_determinism": False}))
+    assert not seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": False}))
+    assert seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": True}))

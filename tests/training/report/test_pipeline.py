@@ -47,6 +47,10 @@ def test_pipeline_trains_exports_evaluates_compares_and_resumes(tmp_path, tiny_r
         assert run["system_prompt"].startswith("Answer with the final result only")
     assert "[pipeline] held-out evaluation, base vs trained (step 2)" in first
     assert "  overall " in first and "resolved" in first
+    # the console ends with the verdict in one sentence; summary.png draws it beside the validation curve
+    last = first.strip().splitlines()[-1]
+    assert last.startswith("[pipeline] verdict: ") and last.count(". ") == 0 and "accuracy went from" in last
+    assert (run_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = pipeline(run_dir, tiny_run)
     assert all(f"[pipeline] {stage}: done earlier" in again
                for stage in ("train", "export", "eval-base", "eval-trained", "compare"))

@@ -1,0 +1,118 @@
+"""The answer to "did training help?" where a person looks: one sentence, and one picture beside it.
+
+`verdict_sentence` reads the held-out comparison (evaluation.compare) and says, in one sentence, what the paired
+95% interval of the overall change decides; the greedy comparison is the decided one when both decodings ran
+(`make quickstart` runs greedy only). `plot_summary` draws `summary.png`: the in-training validation accuracy as a
+curve (training/report/report.py reads it from the run's validation dumps) beside each held-out group's
+base -> trained accuracy with the paired interval of its change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evaluation.compare import interval_text
+from evaluation.report import fmt
+from training.report.report import ALL, RunData, with_all, write_atomic
+
+
+def decided(cmps: dict[str | None, dict]) -> tuple[str, dict] | None:
+    """The comparison whose verdict is the run's: greedy if it ran, else the only (or first) one; None without any."""
+    if not cmps:
+        return None
+    for mode, cmp in cmps.items():
+        if (cmp.get("scoring") or {}).get("sampling.temperature") == 0:
+            return mode or "greedy", cmp
+    mode, cmp = next(iter(cmps.items()))
+    return mode or "sampled", cmp
+
+
+def verdict_sentence(cmps: dict[str | None, dict]) -> str:
+    """One sentence: better / worse / not resolved on held-out questions, with the numbers that decide it."""
+    chosen = decided(cmps)
+    if chosen is None:
+        return "No held-out comparison was found, so nothing can be said about what training changed."
+    mode, cmp = chosen
+    row = cmp["overall"]
+    numbers = (f"held-out {mode} accuracy went from {fmt(row['base'])} to {fmt(row['trained'])} over "
+               f"{row.get('paired_items', 0)} items (paired change {_signed(row.get('paired_delta'))}, 95% interval "
+               f"{interval_text(row)})")
+    ci = row.get("ci95")
+    if not ci:
+        return f"No paired items: {numbers}."
+    if ci[0] > 0:
+        return f"Training helped: {numbers}, a resolved improvement."
+    if ci[1] < 0:
+        return f"Training hurt: {numbers}, a resolved decline."
+    return f"Not resolved: {numbers}; the interval includes zero, so this run cannot tell better from worse."
+
+
+def _signed(value) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def plot_summary(data: RunData, cmps: dict[str | None, dict], path: Path) -> Path:
+    """Writes the two-panel PNG at `path` (atomically) and returns it."""
+    write_atomic(path, lambda tmp: _draw(data, cmps, tmp))
+    return path
+
+
+def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    validation, heldout = fig.subplots(1, 2)
+    _draw_validation(validation, data)
+    chosen = decided(cmps)
+    if chosen is None:
+        heldout.text(0.5, 0.5, "no held-out comparison", ha="center", va="center", transform=heldout.transAxes)
+        heldout.set_axis_off()
+    else:
+        _draw_heldout(heldout, *chosen)
+    fig.suptitle(verdict_sentence(cmps), fontsize=9, wrap=True)
+    fig.savefig(path, format="png")
+
+
+def _draw_validation(ax, data: RunData) -> None:
+    steps = sorted(data.validation)
+    if not steps:
+        ax.text(0.5, 0.5, "no in-training validation", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    per_step = {step: with_all(data.validation[step]) for step in steps}
+    tasks = list(dict.fromkeys(task for step in steps for task in per_step[step]))
+    for task in tasks:
+        points = [(step, per_step[step][task]["accuracy"]) for step in steps if task in per_step[step]]
+        overall = task == ALL or len(tasks) == 1
+        ax.plot(*zip(*points), marker="o", linewidth=2.5 if overall else 1, alpha=1 if overall else 0.6,
+                color="black" if overall else None, label=task)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("in-training validation (sampled as configured)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
+def _draw_heldout(ax, mode: str, cmp: dict) -> None:
+    rows = [*cmp["groups"], cmp["overall"]] if len(cmp["groups"]) > 1 else [cmp["overall"]]
+    labels = cmp["labels"]
+    for y, row in enumerate(rows):
+        base, trained = row["base"] or 0.0, row["trained"] or 0.0
+        ax.annotate("", xy=(trained, y), xytext=(base, y), arrowprops={"arrowstyle": "->", "color": "grey"})
+        ax.plot([base], [y], "o", color="tab:blue", label=labels[0] if y == 0 else None)
+        ax.plot([trained], [y], "o", color="tab:orange", label=labels[1] if y == 0 else None)
+        ci = row.get("ci95")
+        text = f"{_signed(row.get('paired_delta'))} {interval_text(row)} {row.get('verdict', '')}"
+        if ci:  # the change's interval, drawn from the base value
+            ax.plot([base + ci[0], base + ci[1]], [y - 0.18, y - 0.18], color="tab:orange", linewidth=3, alpha=0.5)
+        ax.text(0.99, y - 0.3, text, ha="right", va="center", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_yticks(range(len(rows)), [row["key"] for row in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.6)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(f"held-out accuracy ({mode}); bar: base + the paired 95% interval of the change")
+    ax.set_title(f"held-out: {labels[0]} -> {labels[1]}", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
