@@ -145,6 +145,11 @@ def test_one_seed_gives_one_run_resumed_or_not(trained, tiny_run, tmp_path):
                                  if expected.get(k) != got.get(k)}
         assert rollout_rows(tmp_path, step) == rollout_rows(run_dir, step)
     assert len({row["output"] for step in (1, 2, 3) for row in rollout_rows(tmp_path, step)}) > 1
+    # the same through utils/compare_runs.py, which also compares the actor's weights at step 3 bitwise
+    compare = subprocess.run([sys.executable, "utils/compare_runs.py", str(run_dir / "ckpt"), str(tmp_path / "ckpt")],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert compare.returncode == 0 and "actor weights at step 3: bitwise identical" in compare.stdout, (
+        compare.stdout + compare.stderr[-3000:])
 
 
 @pytest.mark.slow
