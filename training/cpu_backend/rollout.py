@@ -230,20 +230,19 @@ class TransformersServer:
 
     async def _drain(self) -> None:
         """Gathers requests (`_gather`), then samples them sorted, group by group, max_num_seqs at a time."""
+        size = int(self.config.max_num_seqs)
         while self.pending:
             await self._gather()
             await self._awake_event().wait()
             if self.expected:  # everything announced has arrived (or stalled): one batch
                 batch, self.pending, self.expected = self.pending, [], 0
             else:
-                size = int(self.config.max_num_seqs)
                 batch, self.pending = self.pending[:size], self.pending[size:]
             groups: dict[SamplingSpec, list[_Request]] = {}
             for request in sorted(batch, key=_Request.order):
                 groups.setdefault(request.spec, []).append(request)
-            chunks = [(spec, requests[start:start + int(self.config.max_num_seqs)])
-                      for spec, requests in groups.items()
-                      for start in range(0, len(requests), int(self.config.max_num_seqs))]
+            chunks = [(spec, requests[start:start + size])
+                      for spec, requests in groups.items() for start in range(0, len(requests), size)]
             for spec, requests in chunks:
                 try:
                     outputs = await asyncio.to_thread(self._sample, spec, requests)

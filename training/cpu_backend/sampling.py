@@ -94,7 +94,7 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
         cache.reorder_cache(rows)
         input_ids, mask, positions, logits = input_ids[rows], mask[rows], positions[rows], logits[rows]
     row_generators = [torch.Generator(device=device).manual_seed(int(seed)) if seed is not None else None
-                      for seed in (seeds or [])] if seeds and any(seed is not None for seed in seeds) else None
+                      for seed in seeds] if seeds and any(seed is not None for seed in seeds) else None
     tokens, log_probs = [], []
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     seen = input_ids.masked_fill(mask == 0, -1)

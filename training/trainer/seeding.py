@@ -18,13 +18,13 @@ number in its group), so a response's draws are the same in every run of the see
 from __future__ import annotations
 
 import hashlib
-import logging
 from typing import Any, Callable
 
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 SEED_BITS = 63  # vLLM and torch generators take any non-negative int64
-logger = logging.getLogger(__name__)
+# training.cpu_backend.ROLLOUT_NAME, not imported: importing the CPU backend registers it, in GPU runs' workers too
+CPU_ROLLOUT_NAME = "transformers"
 
 
 def request_seed(run_seed: int, global_steps: int, index: int, session: int) -> int:
@@ -44,7 +44,7 @@ def seeds_requests(rollout_config) -> bool:
     bit), and wherever `rollout.full_determinism` asks for it (verl alone would give every request of a replica the
     same seed there, and a GRPO group's samples would be alike). Not by default on vLLM: it draws for seeded requests
     one request at a time, and its batches, gathered as requests arrive, would not repeat anyway."""
-    return str(rollout_config.get("name")) == "transformers" or bool(rollout_config.get("full_determinism", False))
+    return str(rollout_config.get("name")) == CPU_ROLLOUT_NAME or bool(rollout_config.get("full_determinism", False))
 
 
 class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
@@ -87,16 +87,12 @@ class OrderedSubmissions:
         for position, uid in enumerate(uids):
             self.order[uid] = (self._submissions, position)
         if self._announce is not None:
-            validate = bool(getattr(batch.get("validate", False), "data", batch.get("validate", False))) \
-                if "validate" in batch.keys() else False
+            validate = batch["validate"] if "validate" in batch.keys() else False
+            validate = bool(getattr(validate, "data", validate))  # NonTensorData in verl's batches
             ns = batch.get("__rollout_n__") if "__rollout_n__" in batch.keys() else None
             count = sum(int(n) for n in ns) if ns is not None else len(uids) * self._default_n(validate)
             self._announce(count)
         return self._manager.generate_sequences(batch)
-
-    def forget(self, uids) -> None:
-        for uid in uids:
-            self.order.pop(uid, None)
 
 
 def ordered_keys(keys: list[str], tags: list[dict], order: dict[str, tuple[int, int]]) -> tuple[list[str], list[dict]]:

@@ -47,7 +47,7 @@ from training.trainer.metrics import (
 )
 from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event
 from training.trainer.rendezvous import choose_port_range, rendezvous_ports
-from training.trainer.seeding import OrderedSubmissions, ordered_keys
+from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions, ordered_keys
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -159,10 +159,10 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
     def _announcer(self):
         """How to tell the CPU backend's one transformers server a submission's size (it then samples the whole
         submission as one batch); None for other rollouts and for several replicas (verl routes by load)."""
-        from training.cpu_backend.rollout import ROLLOUT_NAME, server_actor_name
+        if str(self.config.actor_rollout_ref.rollout.name) != CPU_ROLLOUT_NAME:
+            return None  # checked before the import below, which registers the CPU backend
+        from training.cpu_backend.rollout import server_actor_name
 
-        if str(self.config.actor_rollout_ref.rollout.name) != ROLLOUT_NAME:
-            return None
         servers = []
         for rank in range(2):
             try:

@@ -306,8 +306,10 @@ def test_a_request_seed_names_its_sample():
 def test_requests_are_seeded_on_the_cpu_rollout_and_where_determinism_is_asked():
     from omegaconf import OmegaConf
 
-    from training.trainer.seeding import seeds_requests
+    from training.cpu_backend import ROLLOUT_NAME
+    from training.trainer.seeding import CPU_ROLLOUT_NAME, seeds_requests
 
+    assert CPU_ROLLOUT_NAME == ROLLOUT_NAME  # named there, not imported (the import registers the CPU backend)
     assert seeds_requests(OmegaConf.create({"name": "transformers", "full_determinism": False}))
     assert not seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": False}))
     assert seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": True}))
