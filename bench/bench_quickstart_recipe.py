@@ -1,0 +1,122 @@
+"""Does a quickstart recipe learn on every seed? Trains it per seed, then judges it as `make quickstart` does.
+
+    python bench/bench_quickstart_recipe.py --recipe shipped --seeds 0 1 2 3 4 --workdir /tmp/recipes
+    python bench/bench_quickstart_recipe.py --recipe wide --seeds 0 1 --workdir /tmp/recipes
+    python bench/bench_quickstart_recipe.py --recipe mine:actor_rollout_ref.actor.optim.lr=2e-5 --seeds 0 --workdir /tmp/recipes
+
+A recipe is a name from RECIPES or `NAME:KEY=VALUE,KEY=VALUE` (hydra overrides of configs/quickstart.yaml; the
+command line wins over env.on_cpu). For each seed: `training/train_grpo.py --config-name quickstart env.seed=S` on
+the CPU backend, then `python -m training.pipeline ... --eval-override "decoding=[greedy]"`, the held-out comparison
+`make quickstart` prints: configs/eval/quickstart.yaml unchanged (its size and decoding fixed), scored as the run
+scores. The base model's evaluation is cached after its first run, so later seeds pay only the trained one.
+Each seed's verdict (overall and per group, with the paired 95% interval), its times and the commands go to
+`<workdir>/results.jsonl`; a seed already judged there is read, not re-run, so an interrupted sweep resumes. Prints a
+markdown table of every (recipe, seed) in the file. Runs one after another: a CPU training run uses both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
+RECIPES: dict[str, list[str]] = {
+    "shipped": [],
+    # the same 32 responses a step from 8 prompts x 4 samples instead of 4 x 8: twice the questions per gradient
+    "wide": ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4"],
+}
+
+
+def parse_recipe(text: str) -> tuple[str, list[str]]:
+    """Returns (name, overrides) for a RECIPES name or `NAME:KEY=VALUE,...`."""
+    if ":" in text:
+        name, _, body = text.partition(":")
+        overrides = [part for part in body.split(",") if part]
+        bad = [part for part in overrides if "=" not in part]
+        if not name or bad:
+            raise SystemExit(f"--recipe {text!r}: write NAME:KEY=VALUE,KEY=VALUE (bad part: {bad or [text]})")
+        return name, overrides
+    if text not in RECIPES:
+        raise SystemExit(f"--recipe {text!r}: not one of {sorted(RECIPES)}; or write NAME:KEY=VALUE,KEY=VALUE")
+    return text, list(RECIPES[text])
+
+
+def run_logged(cmd: list[str], log: Path) -> float:
+    """Runs `cmd` from the repository root with its output in `log`; returns its seconds; stops the sweep on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        code = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    if code:
+        raise SystemExit(f"{cmd[1]} exited {code}: see {log}")
+    return time.time() - start
+
+
+def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dict:
+    """Trains one seed of a recipe and compares it with the base model; returns its results.jsonl record."""
+    run = workdir / name / f"seed{seed}"
+    train_cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "trainer.device=cpu",
+                 f"env.seed={seed}", f"trainer.default_local_dir={run}", *overrides]
+    judge_cmd = [sys.executable, "-m", "training.pipeline", "--config-name", "quickstart", "--trained", str(run),
+                 "--run-dir", str(run / "heldout"), "--eval-override", "decoding=[greedy]"]
+    train_log = workdir / name / f"seed{seed}.train.log"
+    print(f"[recipe] {name} seed {seed}: training ({train_log})", flush=True)
+    train_s = run_logged(train_cmd, train_log)
+    print(f"[recipe] {name} seed {seed}: trained in {train_s:.0f} s; held-out comparison", flush=True)
+    judge_s = run_logged(judge_cmd, workdir / name / f"seed{seed}.judge.log")
+    cmp = json.loads((run / "heldout" / "eval" / "compare" / "greedy" / "comparison.json").read_text())
+    rows = {row["key"]: row for row in [*cmp["groups"], cmp["overall"]]}
+    return {"recipe": name, "overrides": overrides, "seed": seed, "train_seconds": round(train_s, 1),
+            "judge_seconds": round(judge_s, 1), "commands": [" ".join(train_cmd), " ".join(judge_cmd)],
+            "rows": {key: {k: row.get(k) for k in ("base", "trained", "paired_delta", "ci95", "verdict")}
+                     for key, row in rows.items()}}
+
+
+def cell(row: dict) -> str:
+    lo, hi = row["ci95"]
+    return (f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+            f"{row['verdict']}")
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| recipe | env.seed | training | held-out comparison | in_mix | probe | overall |",
+             "|---|---:|---:|---:|---|---|---|"]
+    for r in records:
+        rows = r["rows"]
+        lines.append(f"| {r['recipe']} | {r['seed']} | {r['train_seconds']:.0f} s | {r['judge_seconds']:.0f} s | "
+                     f"{cell(rows['in_mix'])} | {cell(rows['probe'])} | {cell(rows['overall'])} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True, help="a name from RECIPES, or NAME:KEY=VALUE,KEY=VALUE")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--workdir", type=Path, required=True)
+    args = parser.parse_args()
+    name, overrides = parse_recipe(args.recipe)
+    results = args.workdir / "results.jsonl"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    done = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    for seed in args.seeds:
+        if any(r["recipe"] == name and r["seed"] == seed for r in done):
+            print(f"[recipe] {name} seed {seed}: judged already ({results})")
+            continue
+        record = judge_seed(name, overrides, seed, args.workdir.resolve())
+        with open(results, "a") as out:  # one line per judged seed: a killed sweep loses at most the seed it ran
+            out.write(json.dumps(record) + "\n")
+        done.append(record)
+        print(f"[recipe] {name} seed {seed}: overall {cell(record['rows']['overall'])}", flush=True)
+    print(table(done))
+
+
+if __name__ == "__main__":
+    main()
