@@ -1,0 +1,52 @@
+"""bench/bench_quickstart_recipe.py: its recipes compose into the quickstart config they claim, and the sweep's
+table reads its records (no training)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_quickstart_recipe", REPO / "bench" / "bench_quickstart_recipe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
+    from training.launch.config import compose_config
+    from training.launch.hardware import apply_cpu_overrides
+
+    for name, overrides in bench.RECIPES.items():
+        cfg = compose_config("quickstart", overrides)
+        apply_cpu_overrides(cfg, {o.split("=", 1)[0] for o in overrides})  # the command line wins over env.on_cpu
+        for override in overrides:
+            key, value = override.split("=", 1)
+            node = cfg
+            for part in key.split("."):
+                node = node[part]
+            assert str(node) == value or float(node) == float(value), (name, key, node)
+
+
+def test_a_recipe_is_a_name_or_spelled_out(bench):
+    assert bench.parse_recipe("lr3x") == ("lr3x", ["actor_rollout_ref.actor.optim.lr=3e-5"])
+    assert bench.parse_recipe("mine:data.train_batch_size=8,trainer.total_training_steps=12") == (
+        "mine", ["data.train_batch_size=8", "trainer.total_training_steps=12"])
+    with pytest.raises(SystemExit, match="not one of"):
+        bench.parse_recipe("lr9x")
+    with pytest.raises(SystemExit, match="NAME:KEY=VALUE"):
+        bench.parse_recipe("mine:data.train_batch_size")
+
+
+def test_the_table_has_a_row_per_judged_seed(bench):
+    row = {"base": 0.278, "trained": 0.394, "paired_delta": 0.115, "ci95": [0.075, 0.155],
+           "verdict": "better (resolved)"}
+    record = {"recipe": "lr3x", "seed": 0, "train_seconds": 861.4, "judge_seconds": 396.2,
+              "rows": {"in_mix": row, "probe": row, "overall": row}}
+    lines = bench.table([record, {**record, "seed": 1}]).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| lr3x | 0 | 861 s | 396 s | 0.278 -> 0.394, +0.115 [+0.075, +0.155] better (resolved)")
