@@ -39,7 +39,7 @@ from training.launch.checks import (  # noqa: E402
     sample_prompt_lengths,
 )
 from training.launch.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
-from training.launch.console import Terminated, TrainingFailed, route_logs, where_logs_are  # noqa: E402
+from training.launch.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.launch.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
@@ -237,11 +237,6 @@ def run(cfg: DictConfig) -> int:
 
         print(f"\n[train] interrupted; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
         return 130
-    except Terminated:
-        from training.trainer.faults import resume_command
-
-        print(f"\n[train] stopped by SIGTERM; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
-        return 143
     print_report(cfg)
     print(where_logs_are(cfg))
     return 0

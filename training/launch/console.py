@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -28,11 +27,6 @@ from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE
 
 MODES = ("quiet", "verbose")
 TAIL_LINES = 25
-
-
-class Terminated(Exception):
-    """The driver was sent SIGTERM (a scheduler's stop, `kill PID`): Ray's driver handler turns it into
-    SystemExit(15), which would otherwise read as a failed run."""
 
 
 class TrainingFailed(Exception):
@@ -230,8 +224,6 @@ def driver_console(cfg: DictConfig, started: float):
     if failure is not None:
         if isinstance(failure, KeyboardInterrupt):
             raise failure
-        if isinstance(failure, SystemExit) and failure.code == signal.SIGTERM:
-            raise Terminated("SIGTERM") from failure
         error_log = logs / "error.log"
         try:
             error_log.write_text(f"{type(failure).__name__}: {failure}\n")
