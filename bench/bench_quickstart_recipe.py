@@ -2,7 +2,8 @@
 
     python bench/bench_quickstart_recipe.py --recipe shipped --seeds 0 1 2 3 4 --workdir /tmp/recipes
     python bench/bench_quickstart_recipe.py --recipe wide --seeds 0 1 --workdir /tmp/recipes
-    python bench/bench_quickstart_recipe.py --recipe mine:actor_rollout_ref.actor.optim.lr=2e-5 --seeds 0 --workdir /tmp/recipes
+    python bench/bench_quickstart_recipe.py --recipe mine:actor_rollout_ref.actor.optim.lr=2e-5 --seeds 0 \
+        --workdir /tmp/recipes
 
 A recipe is a name from RECIPES or `NAME:KEY=VALUE,KEY=VALUE` (hydra overrides of configs/quickstart.yaml; the
 command line wins over env.on_cpu). For each seed: `training/train_grpo.py --config-name quickstart env.seed=S` on
@@ -24,6 +25,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evaluation.compare import interval_text, load_comparisons  # noqa: E402
+from training.report.verdict import decided  # noqa: E402
 
 # Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
 RECIPES: dict[str, list[str]] = {
@@ -77,7 +82,7 @@ def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dic
     train_s = run_logged(train_cmd, train_log)
     print(f"[recipe] {name} seed {seed}: trained in {train_s:.0f} s; held-out comparison", flush=True)
     judge_s = run_logged(judge_cmd, workdir / name / f"seed{seed}.judge.log")
-    cmp = json.loads((run / "heldout" / "eval" / "compare" / "greedy" / "comparison.json").read_text())
+    _, cmp = decided(load_comparisons(str(run / "heldout" / "eval" / "compare")))  # the comparison the verdict reads
     rows = {row["key"]: row for row in [*cmp["groups"], cmp["overall"]]}
     return {"recipe": name, "overrides": overrides, "seed": seed, "train_seconds": round(train_s, 1),
             "judge_seconds": round(judge_s, 1), "commands": [" ".join(train_cmd), " ".join(judge_cmd)],
@@ -86,8 +91,7 @@ def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dic
 
 
 def cell(row: dict) -> str:
-    lo, hi = row["ci95"]
-    return (f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+    return (f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} {interval_text(row)} "
             f"{row['verdict']}")
 
 

@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_quickstart_recipe", REPO / "bench" / "bench_quickstart_recipe.py")
+    path = REPO / "bench" / "bench_quickstart_recipe.py"
+    spec = importlib.util.spec_from_file_location("bench_quickstart_recipe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
