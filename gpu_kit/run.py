@@ -31,6 +31,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("done", "failed")
+ERROR_LINE = re.compile(r"error\b", re.IGNORECASE)  # "error: ...", "ModuleNotFoundError: ..."
 STOPS = ("waiting", "damaged", "deferred", "interrupted")  # the run ends here; the next one continues
 LOG_KEEP = 2 << 20  # bytes of each log's end that travel back in logs.tar.gz
 
@@ -137,6 +138,10 @@ class Runner:
             except Exception as err:  # noqa: BLE001 - a collector's fault is recorded with the stage
                 results = {"collect_error": f"{type(err).__name__}: {err}"}
         why = tail[-1] if status not in ("done", "failed") and tail else None  # e.g. the parts still missing
+        if status == "failed":  # so the summary names the cause: a run's first [fault] line, else the last error
+            faults = [line.strip() for line in tail if line.lstrip().startswith("[fault]")]
+            errors = [line.strip() for line in tail if ERROR_LINE.search(line)]
+            why = (faults or errors[-1:] or [None])[0]
         record = self.save(stage, status=status, exit_code=code, seconds=round(seconds, 1), command=command,
                            log=str(log.relative_to(self.out)), marks=marks, results=results, why=why,
                            ended=time.strftime("%Y-%m-%d %H:%M:%S"))

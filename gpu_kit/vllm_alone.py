@@ -73,6 +73,8 @@ def main(argv=None) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from utils.vllm_sampler import apply_in_this_process
+
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = OmegaConf.load(args.run / "hydra" / ".hydra" / "config.yaml")
     rollout, batch = cfg.actor_rollout_ref.rollout, int(cfg.data.train_batch_size)
@@ -80,6 +82,7 @@ def main(argv=None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(path)
     ids = prompts(cfg, batch * args.batches, args.out, tokenizer)
     batched = [ids[index * batch:(index + 1) * batch] for index in range(args.batches)]
+    print(f"vLLM sampler: {apply_in_this_process()}", flush=True)  # the same choice as the training run's
     started = time.time()
     engine = LLM(model=path, dtype=str(rollout.dtype), gpu_memory_utilization=float(rollout.gpu_memory_utilization),
                  enforce_eager=bool(rollout.enforce_eager), max_model_len=int(rollout.prompt_length)

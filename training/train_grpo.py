@@ -45,6 +45,7 @@ from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
+    choose_vllm_sampler,
     cpu_rollout_problems,
     gpu_stack_problems,
     resolve_device,
@@ -133,6 +134,8 @@ def prepare(cfg: DictConfig, visible_gpus: int):
         attention = choose_attention(cfg)
         layout = "packed" if cfg.actor_rollout_ref.model.use_remove_padding else "padded (packing needs flash-attn)"
         print(f"[check] attention: {attention}, {layout} micro-batches (flash-attn is optional: make install-flash-attn)")
+        if sampler := choose_vllm_sampler(cfg):
+            print(f"[check] vLLM sampler: {sampler}")
     try:
         route_logs(cfg)
         apply_startup_settings(cfg)

@@ -224,6 +224,23 @@ def aliases(entries: dict[str, Entry]) -> dict[str, str]:
     return found
 
 
+def same_values(a: Entry, b: Entry) -> bool:
+    """Whether two entries hold the same shape, dtype and values, bit for bit (streamed block by block)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.shape:
+        return torch.equal(a.regions[0].local, b.regions[0].local)
+    others, pending = iter_blocks(b), None
+    for block in iter_blocks(a):
+        while pending is None or len(pending) < len(block):
+            following = next(others)
+            pending = following if pending is None else torch.cat([pending, following])
+        if not torch.equal(block, pending[:len(block)]):
+            return False
+        pending = pending[len(block):]
+    return True
+
+
 def _row_blocks(entry: Entry, step: int) -> list[tuple[int, int]]:
     """Row ranges of at most `step` rows that never straddle a piece boundary (so Shard(0) pieces need no copy)."""
     cuts = sorted({0, entry.shape[0]} | {r.offsets[0] for r in entry.regions} |

@@ -33,6 +33,7 @@ from utils.fsdp_checkpoint import (
     plan_entries,
     read_layout,
     resolve_actor_dir,
+    same_values,
 )
 from utils.safetensors_stream import StreamWriter, TensorSpec, map_safetensors, parse_size, plan_files, write_index
 
@@ -87,10 +88,52 @@ def lora_scale(layout: Layout, rank: int, options: ExportOptions) -> float:
     return float(alpha) / int(meta.get("r") or rank)
 
 
+def declared_ties(hf_dir: Path) -> dict[str, str]:
+    """{alias: canonical} of the parameters transformers ties for this config (lm_head.weight ->
+    model.embed_tokens.weight), read from the model class built on the meta device; {} when transformers cannot
+    build it (the exported folder's check then names any tensor left over)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(hf_dir))
+    except (ValueError, OSError, KeyError, ImportError):
+        return {}
+    first, ties = {}, {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            ties[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return ties
+
+
+def tied_aliases(layout: Layout, entries: dict[str, Entry], config: dict) -> dict[str, str]:
+    """Checkpoint keys that a tied model stores once: {alias key: canonical key}.
+
+    A CPU run's shards hold a tied pair as one storage (`aliases`). A CUDA run's do not: verl copies each tensor to
+    the CPU on its own when it saves (ShardedStateDictConfig(offload_to_cpu=True)), so lm_head.weight arrives as a
+    second, equal copy (H100, 2026-11-26: the export's check found it left over). The pairs transformers ties are
+    then compared value for value; a pair that differs is an error, never a silent choice of one copy."""
+    if not config.get("tie_word_embeddings"):
+        return {}
+    found = aliases(entries)
+    keys = {clean_key(key): key for key in entries}
+    for alias, canonical in declared_ties(layout.hf_dir).items():
+        alias_key, canonical_key = keys.get(alias), keys.get(canonical)
+        if alias_key is None or canonical_key is None or alias_key in found:
+            continue
+        if not same_values(entries[alias_key], entries[canonical_key]):
+            raise CheckpointError(f"{layout.actor_dir}: config.json ties {alias!r} to {canonical!r} "
+                                  "(tie_word_embeddings) but the checkpoint holds different values for them")
+        found[alias_key] = canonical_key
+    return found
+
+
 def plan_outputs(layout: Layout, entries: dict[str, Entry], config: dict,
                  options: ExportOptions) -> tuple[list[Output], list[Output]]:
     """The model tensors and (adapter mode) adapter tensors to write, with tied aliases dropped."""
-    tied = aliases(entries) if config.get("tie_word_embeddings") else {}
+    tied = tied_aliases(layout, entries, config)
     factors: dict[str, dict[str, Entry]] = {}
     model: dict[str, Output] = {}
     for key, entry in entries.items():

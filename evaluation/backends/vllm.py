@@ -34,6 +34,9 @@ class VLLMBackend:
     def __init__(self, model_cfg: ModelConfig, sampling: SamplingConfig):
         from vllm import LLM
 
+        from utils.vllm_sampler import apply_in_this_process
+
+        log.info("vLLM sampler: %s", apply_in_this_process())
         kwargs = dict(model=model_cfg.path, dtype=model_cfg.dtype, tensor_parallel_size=model_cfg.tensor_parallel_size,
                       gpu_memory_utilization=model_cfg.gpu_memory_utilization, enforce_eager=model_cfg.enforce_eager,
                       trust_remote_code=model_cfg.trust_remote_code, seed=sampling.seed)

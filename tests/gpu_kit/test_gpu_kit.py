@@ -202,7 +202,7 @@ def test_stages_are_recorded_as_they_end_and_a_rerun_skips_what_finished(tmp_pat
     left_over = tmp_path / "runs" / "ok"
     (left_over / "ckpt").mkdir(parents=True)
     stages = [python_stage("ok", "print('(x) step:1 - a:1')", marks=gpu_path.STEP_MARK, fresh=str(left_over)),
-              python_stage("broken", "raise SystemExit(1)"),
+              python_stage("broken", "print('error: the weights differ'); print('exit'); raise SystemExit(1)"),
               python_stage("after_broken", "print('never')", needs=("broken",)),
               python_stage("parts", "raise SystemExit(2)", exit_codes={2: "waiting"}),
               python_stage("later", "print('never')")]
@@ -212,6 +212,7 @@ def test_stages_are_recorded_as_they_end_and_a_rerun_skips_what_finished(tmp_pat
     status = {s.id: (runner.record(s.id) or {}).get("status") for s in stages}
     assert status == {"ok": "done", "broken": "failed", "after_broken": "blocked", "parts": "waiting",
                       "later": None}
+    assert runner.record("broken")["why"] == "error: the weights differ"  # the summary names the cause
     assert "step:1" in runner.record("ok")["marks"] and (out / "ok" / "log.txt").read_text().startswith("(x)")
     assert not left_over.exists()  # a first run starts in an empty folder
     ok_ended = runner.record("ok")["ended"]

@@ -118,6 +118,33 @@ def test_plain_tensor_single_rank_layout(ckpts, tmp_path):
     assert set(ours) == set(ref) and all(torch.equal(ours[k], ref[k]) for k in ref)
 
 
+def _separate_tied_copies(actor, change=False):
+    """Rewrites each rank's shard as verl saves on CUDA (offload_to_cpu=True copies every tensor on its own): the
+    tied lm_head.weight becomes a second storage, equal to the embedding unless `change`."""
+    from torch.distributed.tensor import DTensor
+
+    for shard in sorted(actor.glob("model_world_size_*_rank_*.pt")):
+        state = torch.load(shard, weights_only=False)
+        head, embedding = state["lm_head.weight"], state["model.embed_tokens.weight"]
+        if not change:  # one storage, as a CPU run saves
+            assert head._local_tensor.data_ptr() == embedding._local_tensor.data_ptr()
+        local = head._local_tensor.clone() + (1.0 if change else 0.0)
+        state["lm_head.weight"] = DTensor.from_local(local, head.device_mesh, head.placements, run_check=False)
+        torch.save(state, shard)
+
+
+def test_tied_weights_saved_as_two_copies_export_once(ckpts, tmp_path, capsys):
+    """A CUDA run's checkpoint (H100, 2026-11-26): lm_head.weight is an equal copy, not the embedding's storage."""
+    actor = _copy_actor(ckpts, tmp_path)
+    _separate_tied_copies(actor)
+    ours = weights(export(actor, tmp_path / "out", "--dtype", "fp32", "--verify"))
+    ref = reference(ckpts["w2"])
+    assert set(ours) == set(ref) and all(torch.equal(ours[k], ref[k]) for k in ref)
+    _separate_tied_copies(actor, change=True)
+    assert main([str(actor), str(tmp_path / "out2"), "--quiet"]) == 1
+    assert "ties 'lm_head.weight' to 'model.embed_tokens.weight'" in capsys.readouterr().err
+
+
 def _peft_merged(ckpts):
     from peft import LoraConfig, get_peft_model
 

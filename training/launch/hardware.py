@@ -181,6 +181,19 @@ def choose_attention(cfg: DictConfig) -> str:
     return choice
 
 
+def choose_vllm_sampler(cfg: DictConfig) -> str | None:
+    """Gives every Ray worker of a CUDA run with the vLLM rollout the sampler setting utils/vllm_sampler.py decides
+    (PyTorch's sampler where flashinfer is not installed); returns its description, None for another rollout."""
+    from training.launch.startup import runtime_env_vars
+    from utils.vllm_sampler import sampler_env
+
+    if str(cfg.actor_rollout_ref.rollout.name) != "vllm":
+        return None
+    values, description = sampler_env()
+    runtime_env_vars(cfg, values)
+    return description
+
+
 def gpu_stack_problems(cfg: DictConfig) -> list[str]:
     """Returns what to install when a CUDA run's rollout engine is missing (checked before Ray starts)."""
     name = str(cfg.actor_rollout_ref.rollout.name)

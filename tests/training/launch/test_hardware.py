@@ -12,6 +12,7 @@ from training.launch.hardware import (
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
+    choose_vllm_sampler,
     gpu_stack_problems,
     ray_cpu_demand,
     resolve_device,
@@ -123,6 +124,30 @@ def test_train_grpo_refuses_a_cuda_run_without_the_gpu_stack(capsys):
         pytest.skip("vLLM's CUDA build is installed here")
     with pytest.raises(ConfigProblem, match="make install-gpu"):
         prepare(compose_config("quickstart", ["model=tiny", "data.max_prompt_length=768"]), visible_gpus=1)
+
+
+def test_vllm_samples_with_pytorch_without_flashinfer(monkeypatch):
+    """vLLM's CUDA engine dies at start importing flashinfer for its sampler unless told not to (H100, 2026-11-26):
+    without flashinfer every Ray worker gets VLLM_USE_FLASHINFER_SAMPLER=0; a value the user set is kept."""
+    import importlib.util
+
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    real_find_spec = importlib.util.find_spec
+    for installed in (False, True):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: (object() if installed else None) if name == "flashinfer"
+                            else real_find_spec(name, *a))
+        cfg = compose_config("quickstart")
+        described = choose_vllm_sampler(cfg)
+        env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars") or {}
+        assert (described, env_vars.get("VLLM_USE_FLASHINFER_SAMPLER")) == (
+            ("flashinfer", None) if installed else ("PyTorch's (flashinfer is not installed, so "
+                                                    "VLLM_USE_FLASHINFER_SAMPLER=0)", "0"))
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    cfg = compose_config("quickstart")
+    assert choose_vllm_sampler(cfg) == "as set (VLLM_USE_FLASHINFER_SAMPLER=1)"
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in (cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars") or {})
+    assert choose_vllm_sampler(compose_config("quickstart", ["actor_rollout_ref.rollout.name=transformers"])) is None
 
 
 def test_attention_defaults_to_sdpa_without_flash_attn():
