@@ -72,6 +72,13 @@ def _acc(stats: dict | None):
     return None if stats is None else stats.get("accuracy")
 
 
+def _common_answer(*stats: dict | None):
+    """The most-common-answer accuracy (evaluation.metrics.common_answer_share): the same items' gold answers in
+    both runs; a result written before it existed has none."""
+    found = [s.get("common_answer") for s in stats if s and s.get("common_answer") is not None]
+    return next((v for v in found if not math.isnan(v)), None)
+
+
 def _delta(a, b):
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return None
@@ -96,7 +103,8 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
         out = []
         for key in keys:
             a, b = _acc(base[section].get(key)), _acc(trained[section].get(key))
-            out.append(paired({"key": key, "base": a, "trained": b, "delta": _delta(a, b)},
+            out.append(paired({"key": key, "base": a, "trained": b, "delta": _delta(a, b),
+                               "common_answer": _common_answer(trained[section].get(key), base[section].get(key))},
                               [i for i in common if member_of(i) == key]))
         return out
 
@@ -104,7 +112,8 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
     return {"labels": list(labels), "models": [base["run"]["model"], trained["run"]["model"]],
             "scoring": {key: _setting(base["run"], key) for key in SCORING_KEYS},
             "tasks": rows("tasks", lambda i: i.rsplit("/", 1)[0]), "groups": rows("groups", lambda i: i.split("/")[0]),
-            "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b)}, common)}
+            "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b),
+                               "common_answer": _common_answer(trained["overall"], base["overall"])}, common)}
 
 
 def comparison_markdown(cmp: dict) -> str:
@@ -112,17 +121,19 @@ def comparison_markdown(cmp: dict) -> str:
     la, lb = cmp["labels"]
 
     def table(title: str, rows: list[dict]) -> list[str]:
-        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items | change |",
-                 "|---|---:|---:|---:|---:|---:|---|"]
+        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items | change "
+                 "| most common answer |", "|---|---:|---:|---:|---:|---:|---|---:|"]
         for r in rows:
             delta = "-" if r["delta"] is None else f"{r['delta']:+.3f}"
             lines.append(f"| {r['key']} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
-                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} |")
+                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} | {fmt(r.get('common_answer'))} |")
         return lines + [""]
 
     head = [f"# {la} vs {lb}", "", f"- {la}: {cmp['models'][0]}", f"- {lb}: {cmp['models'][1]}",
             "- metric: mean accuracy over samples (binarised scores); interval: paired bootstrap over items, "
-            f"{PAIRED_RESAMPLES} resamples", f"- scored and sampled with: {scoring_text(cmp.get('scoring') or {})}", ""]
+            f"{PAIRED_RESAMPLES} resamples", f"- scored and sampled with: {scoring_text(cmp.get('scoring') or {})}",
+            "- most common answer: the accuracy of answering every item of a task with that task's most common gold "
+            "answer (exact match); a model near it may have learned one answer, not the task", ""]
     body = table("Category", cmp["groups"] + [cmp["overall"]]) + table("Task", cmp["tasks"])
     return "\n".join(head + body)
 

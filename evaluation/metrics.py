@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -48,6 +48,20 @@ def item_accuracy(records: list[dict]) -> dict[str, float]:
     return {key: sum(values) / len(values) for key, values in by_item.items()}
 
 
+def common_answer_share(records: list[dict]) -> float:
+    """The accuracy of a model that answers every item of a task with that task's most common gold answer (exact
+    match), over the items here: where a task's answers are lopsided (letter counts: mostly "1"), a model that
+    learned to repeat one answer scores this much without reading a question. NaN when no item has an answer."""
+    answers: dict[str, dict[str, str]] = defaultdict(dict)
+    for rec in records:
+        if rec.get("answer") is not None:
+            answers[f"{rec.get('group')}/{rec.get('task_key')}"][rec["item_id"]] = str(rec["answer"]).strip()
+    items = sum(len(by_item) for by_item in answers.values())
+    if not items:
+        return float("nan")
+    return sum(Counter(by_item.values()).most_common(1)[0][1] for by_item in answers.values()) / items
+
+
 def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> dict:
     """Metrics for one set of records (a task, a group or everything)."""
     by_item: dict[str, list[dict]] = defaultdict(list)
@@ -63,6 +77,7 @@ def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> 
         "answer_found": sum(bool(r.get("answer_found")) for r in records) / n if n else float("nan"),
         "mean_response_tokens": sum(int(r.get("num_tokens", 0)) for r in records) / n if n else float("nan"),
         "truncated": sum(r.get("finish_reason") == "length" for r in records) / n if n else float("nan"),
+        "common_answer": common_answer_share(records),
     }
     out["accuracy_ci95"] = list(bootstrap_ci(item_acc, resamples))
     for k in pass_k:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from evaluation.metrics import aggregate, bootstrap_ci, pass_at_k, summarize
+from evaluation.metrics import aggregate, bootstrap_ci, common_answer_share, pass_at_k, summarize
 
 
 @pytest.mark.parametrize("n, c, k", [(3, 0, 1), (3, 1, 1), (3, 1, 2), (5, 2, 3), (4, 4, 2), (6, 1, 6)])
@@ -50,3 +50,14 @@ def test_aggregate_groups_tasks_and_overall():
     assert set(out["tasks"]) == {"cat/a", "mix/b"}
     assert out["groups"]["cat"]["accuracy"] == 0.5 and out["groups"]["mix"]["kind"] == "composite"
     assert out["overall"]["accuracy"] == pytest.approx(4 / 6)
+
+
+def test_common_answer_share_is_a_constant_guess_per_task():
+    """Letter counts answer "1" on 124 of 150 items: a model that always says 1 scores 0.83 there (2026-11-26)."""
+    records = [{**rec(i, s, 0.0, task="letters"), "answer": "1" if i < 3 else str(i)}
+               for i in range(4) for s in range(2)]
+    records += [{**rec(i, 0, 0.0, task="sums"), "answer": str(i)} for i in range(4)]  # every answer differs
+    assert common_answer_share(records[:8]) == 0.75  # samples of one item count once
+    assert common_answer_share(records) == pytest.approx((3 + 1) / 8)  # each task guesses its own answer
+    assert summarize(records[:8], [1], resamples=10)["common_answer"] == 0.75
+    assert math.isnan(common_answer_share([rec(0, 0, 1.0)]))  # no gold answers recorded

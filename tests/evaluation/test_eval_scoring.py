@@ -10,7 +10,7 @@ import pytest
 from envs.run_scoring import eval_overrides, read_scoring, scoring_settings, write_scoring
 from envs.verl_reward import compute_score
 from evaluation.backends.base import Completion
-from evaluation.compare import NotComparable, compare_results, paired_interval, verdict
+from evaluation.compare import NotComparable, compare_results, comparison_markdown, paired_interval, verdict
 from evaluation.config import ConfigError, load_config, reward_options
 from evaluation.evaluate_model import main
 from evaluation.runner import score_completions
@@ -118,6 +118,12 @@ def test_paired_interval_resolves_a_real_change_and_not_noise():
     shuffled = dict(base, **{i: 1.0 for i in items[1:40:4]}, **{i: 0.0 for i in items[0:40:4]})  # 10 up, 10 down
     assert verdict(paired_interval(base, shuffled, items)) == "not resolved"
     assert verdict(paired_interval(better, base, items)) == "worse (resolved)"
+    assert cmp["overall"]["common_answer"] is None  # results written before the metric existed
+    with_share = _results(better)
+    with_share["tasks"]["g/t"]["common_answer"] = with_share["overall"]["common_answer"] = 0.827
+    cmp = compare_results(_results(base), with_share)
+    assert cmp["tasks"][0]["common_answer"] == cmp["overall"]["common_answer"] == 0.827
+    assert "| better (resolved) | 0.827 |" in comparison_markdown(cmp)
     with pytest.raises(NotComparable, match="sampling.temperature: base 0.0 vs trained 1.0"):
         compare_results(_results(base), _results(better, sampling={"temperature": 1.0, "top_p": 1.0,
                                                                    "max_tokens": 8, "n": 1}))

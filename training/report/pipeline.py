@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.report.verdict import plot_summary, verdict_sentence
+from training.report.verdict import one_answer_gains, plot_summary, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("train", "export", "eval-base", "eval-trained", "compare")
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
           f"{_short(run.dir / 'model')}" + (f", validation and verdict drawn in {_short(summary)}" if summary else ""))
     print(f"[pipeline] verdict: {verdict_sentence(cmps)}")
+    for line in one_answer_gains(cmps):
+        print(f"[pipeline] caution: {line} (comparison.md, column 'most common answer')")
     return 0
 
 

@@ -47,6 +47,29 @@ def verdict_sentence(cmps: dict[str | None, dict]) -> str:
     return f"Not resolved: {numbers}; the interval includes zero, so this run cannot tell better from worse."
 
 
+ONE_ANSWER_MIN_SHARE = 0.5  # a task whose most common gold answer is this lopsided can be scored by repeating it
+ONE_ANSWER_MARGIN = 0.05
+
+
+def one_answer_gains(cmps: dict[str | None, dict]) -> list[str]:
+    """Tasks of the decided comparison whose accuracy rose to within ONE_ANSWER_MARGIN of what answering every item
+    with the task's most common gold answer scores (evaluation.metrics.common_answer_share), where that answer
+    covers at least half the items: such a gain may be one answer repeated rather than the task learned (the
+    quickstart at lr 3e-5, seed 1, answered "1" on 143 of 150 letter-count items). One line per task."""
+    chosen = decided(cmps)
+    if chosen is None:
+        return []
+    lines = []
+    for row in chosen[1]["tasks"]:
+        share, base, trained = row.get("common_answer"), row.get("base"), row.get("trained")
+        if None in (share, base, trained) or share < ONE_ANSWER_MIN_SHARE or trained <= base:
+            continue
+        if abs(trained - share) <= ONE_ANSWER_MARGIN:
+            lines.append(f"{row['key']} went {fmt(base)} -> {fmt(trained)}, about what answering every item with its "
+                         f"most common answer scores ({fmt(share)}): that gain may be one answer repeated")
+    return lines
+
+
 def _signed(value) -> str:
     return "-" if value is None else f"{value:+.3f}"
 

@@ -4,7 +4,7 @@ writes them."""
 from pathlib import Path
 
 from training.report.report import RunData
-from training.report.verdict import decided, plot_summary, verdict_sentence
+from training.report.verdict import decided, one_answer_gains, plot_summary, verdict_sentence
 
 
 def comparison(base: float, trained: float, ci: tuple[float, float] | None, temperature: float = 0.0) -> dict:
@@ -23,6 +23,20 @@ def test_the_sentence_says_what_the_interval_decides():
     unresolved = verdict_sentence({None: comparison(0.30, 0.32, (-0.01, 0.05))})
     assert unresolved.startswith("Not resolved:") and "[-0.010, +0.050]" in unresolved and unresolved.count(". ") == 0
     assert verdict_sentence({}).startswith("No held-out comparison")
+
+
+def test_a_gain_up_to_a_repeated_answer_is_named():
+    """A quickstart seed's letter-count gain: 0.56 -> 0.83 where answering "1" everywhere scores 0.827."""
+    cmp = comparison(0.30, 0.36, (0.02, 0.09))
+    task = {"base": 0.56, "trained": 0.833, "common_answer": 0.827}
+    cmp["tasks"] = [{"key": "in_mix/letter_counting", **task},
+                    {"key": "in_mix/chain_sum", **task, "common_answer": 0.2},  # answers spread: no caveat
+                    {"key": "in_mix/products", **task, "trained": 0.5},  # fell
+                    {"key": "in_mix/old", **task, "common_answer": None}]  # a result from before the metric
+    lines = one_answer_gains({None: cmp})
+    assert lines == ["in_mix/letter_counting went 0.560 -> 0.833, about what answering every item with its most "
+                     "common answer scores (0.827): that gain may be one answer repeated"]
+    assert one_answer_gains({}) == []
 
 
 def test_greedy_decides_when_both_decodings_ran():
