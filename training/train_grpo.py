@@ -39,7 +39,7 @@ from training.launch.checks import (  # noqa: E402
     sample_prompt_lengths,
 )
 from training.launch.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
-from training.launch.console import TrainingFailed, route_logs, where_logs_are  # noqa: E402
+from training.launch.console import Terminated, TrainingFailed, route_logs, where_logs_are  # noqa: E402
 from training.launch.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
@@ -166,7 +166,7 @@ def launch(cfg: DictConfig) -> None:
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.
     os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", "1000")
     interrupted = []
-    with driver_console(cfg, LAUNCHED), interrupt_remembered(interrupted):
+    with driver_console(cfg, LAUNCHED), interrupt_remembered(interrupted), sigterm_stops_training() as on_ray_ready:
         if cfg.trainer.device == "cpu":
             activate_cpu_backend(cfg)  # before verl is imported, so that it never guesses another platform
         from verl.trainer.main_ppo import run_ppo
@@ -175,7 +175,7 @@ def launch(cfg: DictConfig) -> None:
         from training.trainer.runner import ReasoningGymTaskRunner
 
         auto_set_device(cfg)
-        run_ppo(cfg, task_runner_class=ReasoningGymTaskRunner)
+        run_ppo(cfg, task_runner_class=AfterRayInit(ReasoningGymTaskRunner, on_ray_ready))
     if interrupted:  # a Ctrl-C that some library caught on its way up still ends the run as interrupted
         raise KeyboardInterrupt
 
@@ -194,6 +194,51 @@ def interrupt_remembered(interrupted: list):
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class AfterRayInit:
+    """Stands in for the task runner's actor class in verl's `run_ppo`, which creates that actor right after its
+    `ray.init`: the first moment the driver can install its own SIGTERM handler over the one `ray.init` installs.
+    Ray's handler stops Ray's processes and exits 1, and the process then aborted (a real run, 2026-11-26: exit 134,
+    "[fault] training stopped: 1")."""
+
+    def __init__(self, actor_class, on_ray_ready):
+        self.actor_class, self.on_ray_ready = actor_class, on_ray_ready
+
+    def remote(self, *args, **kwargs):
+        self.on_ray_ready()
+        return self.actor_class.remote(*args, **kwargs)
+
+    def options(self, **kwargs):
+        self.on_ray_ready()
+        return self.actor_class.options(**kwargs)
+
+
+@contextlib.contextmanager
+def sigterm_stops_training():
+    """Yields `install`: from then on SIGTERM raises Terminated in the main thread, which ends the launch like Ctrl-C
+    (Ray shut down, the resume command) with exit 143. A second SIGTERM during that clean-up ends the process at once
+    (the guardian removes what is left). Without a SIGTERM, the handler in place before `install` is put back."""
+    previous, received = [], []
+
+    def on_sigterm(signum, frame):
+        received.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated("SIGTERM")
+
+    def install():
+        if not previous:
+            previous.append(signal.signal(signal.SIGTERM, on_sigterm))
+
+    try:
+        yield install
+    except KeyboardInterrupt as err:  # ray.get turns what the handler raised into a plain KeyboardInterrupt
+        if received and not isinstance(err, Terminated):
+            raise Terminated("SIGTERM") from err
+        raise
+    finally:
+        if previous and not received:
+            signal.signal(signal.SIGTERM, previous[0])
 
 
 def run(cfg: DictConfig) -> int:
@@ -235,6 +280,11 @@ def run(cfg: DictConfig) -> int:
                       worker_log=err.worker_log), file=sys.stderr)
         print(where_logs_are(cfg), file=sys.stderr)
         return 1
+    except Terminated:
+        from training.trainer.faults import resume_command
+
+        print(f"\n[train] stopped by SIGTERM; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         from training.trainer.faults import resume_command
 

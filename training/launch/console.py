@@ -29,6 +29,11 @@ MODES = ("quiet", "verbose")
 TAIL_LINES = 25
 
 
+class Terminated(KeyboardInterrupt):
+    """The driver was sent SIGTERM (`kill PID`, a scheduler stopping the job): a stop asked from outside, ended like
+    Ctrl-C (a KeyboardInterrupt, so no library's `except Exception` swallows it) but said as what it was."""
+
+
 class TrainingFailed(Exception):
     """A worker (or the driver) failed during training; the message says where and which log has the rest
     (env.console=verbose prints it; quiet prints only the fault lines, with `worker_log` and `error_log`)."""

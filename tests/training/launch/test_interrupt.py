@@ -29,3 +29,52 @@ def test_no_ctrl_c_leaves_nothing_remembered():
     with interrupt_remembered(interrupted):
         pass
     assert interrupted == []
+
+
+def test_verl_creates_the_task_runner_right_after_ray_init():
+    """AfterRayInit installs the SIGTERM handler when run_ppo creates the task runner: that must come after
+    run_ppo's ray.init (whose handlers it replaces) and be the way run_ppo creates it (.remote() or .options())."""
+    import inspect
+
+    from verl.trainer.main_ppo import run_ppo
+
+    source = inspect.getsource(run_ppo)
+    assert source.index("ray.init(") < source.index("task_runner_class.remote()")
+    assert source.index("ray.init(") < source.index("task_runner_class.options(")
+
+
+def test_a_sigterm_after_ray_init_ends_the_launch_as_stopped(tmp_path):
+    """Ray's handler (from ray.init) would stop Ray and exit 1; once the task runner is created ours replaces it: a
+    SIGTERM raises Terminated, which driver_console passes on as it does Ctrl-C (not as a training failure)."""
+    import sys
+
+    import pytest
+    from omegaconf import OmegaConf
+
+    from training.launch.console import Terminated, driver_console
+    from training.train_grpo import AfterRayInit, sigterm_stops_training
+
+    class Actor:
+        @staticmethod
+        def remote():
+            return "actor"
+
+    cfg = OmegaConf.create({"env": {"logs_dir": str(tmp_path / "logs"), "console": "verbose"}})
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))  # what ray.init leaves installed
+    try:
+        with sigterm_stops_training() as on_ray_ready:  # nothing happens: Ray's handler is put back
+            pass
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        with pytest.raises(Terminated):
+            with driver_console(cfg, time.time()), sigterm_stops_training() as on_ray_ready:
+                assert AfterRayInit(Actor, on_ray_ready).remote() == "actor"
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)
+                    raise AssertionError("SIGTERM raised nothing")
+                except Terminated:
+                    raise KeyboardInterrupt  # what ray.get makes of it (a real run ended "interrupted", exit 130)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # a second SIGTERM ends the process at once
+        assert not (tmp_path / "logs" / "error.log").exists()  # not recorded as a failure
+    finally:
+        signal.signal(signal.SIGTERM, before)

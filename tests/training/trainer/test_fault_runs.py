@@ -302,6 +302,25 @@ def test_killed_reward_worker_and_producer_are_replaced_then_ctrl_c_leaves_nothi
     assert run.session_folder() and not run.session_folder().exists()
 
 
+@pytest.mark.slow
+@pytest.mark.extended
+@pytest.mark.timeout(1200)
+def test_a_sigterm_stops_the_run_as_asked_and_leaves_nothing_behind(tiny_run, tmp_path, run_factory):
+    """SIGTERM to the driver after step 1 (`kill PID`, a scheduler ending the job): the driver says it was stopped
+    and how to resume, exits 143, and a minute later no process of the run is running. Before, ray.init's own
+    handler stopped Ray and exited 1, read as "[fault] training stopped: 1", and the process aborted (exit 134)."""
+    run = run_factory(tiny_run, tmp_path / "run", 8)
+    run.wait_for(lambda: run.steps() >= 1, 900, "step 1")
+    run.proc.send_signal(signal.SIGTERM)
+    code = run.finish(120)
+    output = run.output()
+    assert code == 143, output[-6000:]
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint: python training/train_grpo.py" in output
+    assert not fault_lines(output)
+    assert run.left_running() == []
+    assert run.session_folder() and not run.session_folder().exists()
+
+
 # ----- faults that stop the run: one line names each process by its role, the run ends, nothing is left
 
 @pytest.mark.slow
