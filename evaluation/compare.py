@@ -79,6 +79,12 @@ def _common_answer(*stats: dict | None):
     return next((v for v in found if not math.isnan(v)), None)
 
 
+def _repeated(stats: dict | None):
+    """The trained run's repeated-answer share (evaluation.metrics.repeated_answer_share), None when not recorded."""
+    value = (stats or {}).get("repeated_answer")
+    return None if value is None or math.isnan(value) else value
+
+
 def _delta(a, b):
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return None
@@ -104,7 +110,8 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
         for key in keys:
             a, b = _acc(base[section].get(key)), _acc(trained[section].get(key))
             out.append(paired({"key": key, "base": a, "trained": b, "delta": _delta(a, b),
-                               "common_answer": _common_answer(trained[section].get(key), base[section].get(key))},
+                               "common_answer": _common_answer(trained[section].get(key), base[section].get(key)),
+                               "repeated_answer": _repeated(trained[section].get(key))},
                               [i for i in common if member_of(i) == key]))
         return out
 
@@ -113,7 +120,8 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
             "scoring": {key: _setting(base["run"], key) for key in SCORING_KEYS},
             "tasks": rows("tasks", lambda i: i.rsplit("/", 1)[0]), "groups": rows("groups", lambda i: i.split("/")[0]),
             "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b),
-                               "common_answer": _common_answer(trained["overall"], base["overall"])}, common)}
+                               "common_answer": _common_answer(trained["overall"], base["overall"]),
+                               "repeated_answer": _repeated(trained["overall"])}, common)}
 
 
 def comparison_markdown(cmp: dict) -> str:
@@ -122,18 +130,20 @@ def comparison_markdown(cmp: dict) -> str:
 
     def table(title: str, rows: list[dict]) -> list[str]:
         lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items | change "
-                 "| most common answer |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+                 "| most common answer | repeated answer |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in rows:
             delta = "-" if r["delta"] is None else f"{r['delta']:+.3f}"
             lines.append(f"| {r['key']} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
-                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} | {fmt(r.get('common_answer'))} |")
+                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} | {fmt(r.get('common_answer'))} | "
+                         f"{fmt(r.get('repeated_answer'))} |")
         return lines + [""]
 
     head = [f"# {la} vs {lb}", "", f"- {la}: {cmp['models'][0]}", f"- {lb}: {cmp['models'][1]}",
             "- metric: mean accuracy over samples (binarised scores); interval: paired bootstrap over items, "
             f"{PAIRED_RESAMPLES} resamples", f"- scored and sampled with: {scoring_text(cmp.get('scoring') or {})}",
             "- most common answer: the accuracy of answering every item of a task with that task's most common gold "
-            "answer (exact match); a model near it may have learned one answer, not the task", ""]
+            "answer (exact match); repeated answer: the share of the trained model's responses that give its most "
+            "frequent answer for the task. Both high: the model may have learned one answer, not the task", ""]
     body = table("Category", cmp["groups"] + [cmp["overall"]]) + table("Task", cmp["tasks"])
     return "\n".join(head + body)
 

@@ -62,6 +62,21 @@ def common_answer_share(records: list[dict]) -> float:
     return sum(Counter(by_item.values()).most_common(1)[0][1] for by_item in answers.values()) / items
 
 
+def repeated_answer_share(records: list[dict]) -> float:
+    """The share of responses that give their task's most frequent extracted answer: near 1, the model answers most
+    questions of a task alike (the quickstart at lr 3e-5, seed 1: "1" to 143 of 150 letter counts). NaN without
+    responses; a response with no answer never counts as the repeated one."""
+    answers: dict[str, list[str]] = defaultdict(list)
+    for rec in records:
+        answers[f"{rec.get('group')}/{rec.get('task_key')}"].append(None if rec.get("pred") is None
+                                                                    else str(rec["pred"]).strip())
+    total = sum(len(given) for given in answers.values())
+    if not total:
+        return float("nan")
+    return sum(max(Counter(a for a in given if a is not None).values(), default=0)
+               for given in answers.values()) / total
+
+
 def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> dict:
     """Metrics for one set of records (a task, a group or everything)."""
     by_item: dict[str, list[dict]] = defaultdict(list)
@@ -78,6 +93,7 @@ def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> 
         "mean_response_tokens": sum(int(r.get("num_tokens", 0)) for r in records) / n if n else float("nan"),
         "truncated": sum(r.get("finish_reason") == "length" for r in records) / n if n else float("nan"),
         "common_answer": common_answer_share(records),
+        "repeated_answer": repeated_answer_share(records),
     }
     out["accuracy_ci95"] = list(bootstrap_ci(item_acc, resamples))
     for k in pass_k:

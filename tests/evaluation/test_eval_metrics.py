@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from evaluation.metrics import aggregate, bootstrap_ci, common_answer_share, pass_at_k, summarize
+from evaluation.metrics import (
+    aggregate,
+    bootstrap_ci,
+    common_answer_share,
+    pass_at_k,
+    repeated_answer_share,
+    summarize,
+)
 
 
 @pytest.mark.parametrize("n, c, k", [(3, 0, 1), (3, 1, 1), (3, 1, 2), (5, 2, 3), (4, 4, 2), (6, 1, 6)])
@@ -61,3 +68,12 @@ def test_common_answer_share_is_a_constant_guess_per_task():
     assert common_answer_share(records) == pytest.approx((3 + 1) / 8)  # each task guesses its own answer
     assert summarize(records[:8], [1], resamples=10)["common_answer"] == 0.75
     assert math.isnan(common_answer_share([rec(0, 0, 1.0)]))  # no gold answers recorded
+
+
+def test_repeated_answer_share_counts_responses_giving_the_tasks_most_frequent_answer():
+    records = [{**rec(i, 0, 0.0, task="letters"), "pred": "1" if i < 3 else None} for i in range(4)]
+    records += [{**rec(i, 0, 0.0, task="sums"), "pred": str(i % 2)} for i in range(4)]
+    assert repeated_answer_share(records[:4]) == 0.75  # no answer never counts as the repeated one
+    assert repeated_answer_share(records) == pytest.approx((3 + 2) / 8)
+    assert summarize(records[:4], [1], resamples=10)["repeated_answer"] == 0.75
+    assert math.isnan(repeated_answer_share([]))

@@ -121,9 +121,11 @@ def test_paired_interval_resolves_a_real_change_and_not_noise():
     assert cmp["overall"]["common_answer"] is None  # results written before the metric existed
     with_share = _results(better)
     with_share["tasks"]["g/t"]["common_answer"] = with_share["overall"]["common_answer"] = 0.827
+    with_share["tasks"]["g/t"]["repeated_answer"] = 0.953
     cmp = compare_results(_results(base), with_share)
     assert cmp["tasks"][0]["common_answer"] == cmp["overall"]["common_answer"] == 0.827
-    assert "| better (resolved) | 0.827 |" in comparison_markdown(cmp)
+    assert cmp["tasks"][0]["repeated_answer"] == 0.953 and cmp["overall"]["repeated_answer"] is None
+    assert "| better (resolved) | 0.827 | 0.953 |" in comparison_markdown(cmp)
     with pytest.raises(NotComparable, match="sampling.temperature: base 0.0 vs trained 1.0"):
         compare_results(_results(base), _results(better, sampling={"temperature": 1.0, "top_p": 1.0,
                                                                    "max_tokens": 8, "n": 1}))

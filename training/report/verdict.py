@@ -48,25 +48,28 @@ def verdict_sentence(cmps: dict[str | None, dict]) -> str:
 
 
 ONE_ANSWER_MIN_SHARE = 0.5  # a task whose most common gold answer is this lopsided can be scored by repeating it
-ONE_ANSWER_MARGIN = 0.05
+ONE_ANSWER_REPEATED = 0.75  # ... and a trained model that gives one answer to this share of its responses may do so
 
 
 def one_answer_gains(cmps: dict[str | None, dict]) -> list[str]:
-    """Tasks of the decided comparison whose accuracy rose to within ONE_ANSWER_MARGIN of what answering every item
-    with the task's most common gold answer scores (evaluation.metrics.common_answer_share), where that answer
-    covers at least half the items: such a gain may be one answer repeated rather than the task learned (the
-    quickstart at lr 3e-5, seed 1, answered "1" on 143 of 150 letter-count items). One line per task."""
+    """Tasks of the decided comparison whose accuracy rose while the trained model gave one answer to most of their
+    items (evaluation.metrics.repeated_answer_share >= ONE_ANSWER_REPEATED) and one answer is right on at least half
+    of them (common_answer_share >= ONE_ANSWER_MIN_SHARE): such a gain may be one answer repeated rather than the
+    task learned (the quickstart at lr 3e-5: "1" to 143 and 128 of 150 letter counts on seeds 1 and 3, where "1" is
+    right on 124). One line per task."""
     chosen = decided(cmps)
     if chosen is None:
         return []
     lines = []
     for row in chosen[1]["tasks"]:
-        share, base, trained = row.get("common_answer"), row.get("base"), row.get("trained")
-        if None in (share, base, trained) or share < ONE_ANSWER_MIN_SHARE or trained <= base:
+        share, repeated = row.get("common_answer"), row.get("repeated_answer")
+        base, trained = row.get("base"), row.get("trained")
+        if None in (share, repeated, base, trained) or trained <= base:
             continue
-        if abs(trained - share) <= ONE_ANSWER_MARGIN:
-            lines.append(f"{row['key']} went {fmt(base)} -> {fmt(trained)}, about what answering every item with its "
-                         f"most common answer scores ({fmt(share)}): that gain may be one answer repeated")
+        if share >= ONE_ANSWER_MIN_SHARE and repeated >= ONE_ANSWER_REPEATED:
+            lines.append(f"{row['key']} went {fmt(base)} -> {fmt(trained)} while the trained model gave one answer "
+                         f"to {repeated:.0%} of its items, and that task's most common answer is right on "
+                         f"{share:.0%}: the gain may be one answer repeated")
     return lines
 
 

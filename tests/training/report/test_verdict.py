@@ -25,17 +25,20 @@ def test_the_sentence_says_what_the_interval_decides():
     assert verdict_sentence({}).startswith("No held-out comparison")
 
 
-def test_a_gain_up_to_a_repeated_answer_is_named():
-    """A quickstart seed's letter-count gain: 0.56 -> 0.83 where answering "1" everywhere scores 0.827."""
+def test_a_gain_from_one_repeated_answer_is_named():
+    """Quickstart seeds 1 and 3: letter counts 0.000 -> 0.780 / 0.680, answering "1" to 143 / 128 of 150 items,
+    where "1" is right on 124 (0.827)."""
     cmp = comparison(0.30, 0.36, (0.02, 0.09))
-    task = {"base": 0.56, "trained": 0.833, "common_answer": 0.827}
+    task = {"base": 0.0, "trained": 0.68, "common_answer": 0.827, "repeated_answer": 0.853}
     cmp["tasks"] = [{"key": "in_mix/letter_counting", **task},
                     {"key": "in_mix/chain_sum", **task, "common_answer": 0.2},  # answers spread: no caveat
-                    {"key": "in_mix/products", **task, "trained": 0.5},  # fell
-                    {"key": "in_mix/old", **task, "common_answer": None}]  # a result from before the metric
+                    {"key": "in_mix/varied", **task, "repeated_answer": 0.47},  # the model's answers vary
+                    {"key": "in_mix/products", **task, "base": 0.7},  # fell
+                    {"key": "in_mix/old", **task, "repeated_answer": None}]  # a result from before the metric
     lines = one_answer_gains({None: cmp})
-    assert lines == ["in_mix/letter_counting went 0.560 -> 0.833, about what answering every item with its most "
-                     "common answer scores (0.827): that gain may be one answer repeated"]
+    assert lines == ["in_mix/letter_counting went 0.000 -> 0.680 while the trained model gave one answer to 85% of "
+                     "its items, and that task's most common answer is right on 83%: the gain may be one answer "
+                     "repeated"]
     assert one_answer_gains({}) == []
 
 
