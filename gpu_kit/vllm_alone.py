@@ -13,7 +13,9 @@ first batch warms the engine up and is not counted. Writes DIR/vllm_alone.json.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -73,8 +75,6 @@ def main(argv=None) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from utils.vllm_sampler import apply_in_this_process
-
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = OmegaConf.load(args.run / "hydra" / ".hydra" / "config.yaml")
     rollout, batch = cfg.actor_rollout_ref.rollout, int(cfg.data.train_batch_size)
@@ -82,7 +82,11 @@ def main(argv=None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(path)
     ids = prompts(cfg, batch * args.batches, args.out, tokenizer)
     batched = [ids[index * batch:(index + 1) * batch] for index in range(args.batches)]
-    print(f"vLLM sampler: {apply_in_this_process()}", flush=True)  # the same choice as the training run's
+    # the training run's sampler (utils/vllm_sampler.py; gpu_kit imports nothing of the project's): PyTorch's where
+    # flashinfer is not installed
+    if importlib.util.find_spec("flashinfer") is None:
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    print(f"VLLM_USE_FLASHINFER_SAMPLER={os.environ.get('VLLM_USE_FLASHINFER_SAMPLER', 'unset')}", flush=True)
     started = time.time()
     engine = LLM(model=path, dtype=str(rollout.dtype), gpu_memory_utilization=float(rollout.gpu_memory_utilization),
                  enforce_eager=bool(rollout.enforce_eager), max_model_len=int(rollout.prompt_length)
