@@ -48,6 +48,11 @@ def item_accuracy(records: list[dict]) -> dict[str, float]:
     return {key: sum(values) / len(values) for key, values in by_item.items()}
 
 
+def task_of(rec: dict) -> str:
+    """A record's task row key: GROUP/TASK_KEY (one task may sit in several groups)."""
+    return f"{rec['group']}/{rec['task_key']}"
+
+
 def common_answer_share(records: list[dict]) -> float:
     """The accuracy of a model that answers every item of a task with that task's most common gold answer (exact
     match), over the items here: where a task's answers are lopsided (letter counts: mostly "1"), a model that
@@ -55,7 +60,7 @@ def common_answer_share(records: list[dict]) -> float:
     answers: dict[str, dict[str, str]] = defaultdict(dict)
     for rec in records:
         if rec.get("answer") is not None:
-            answers[f"{rec.get('group')}/{rec.get('task_key')}"][rec["item_id"]] = str(rec["answer"]).strip()
+            answers[task_of(rec)][rec["item_id"]] = str(rec["answer"]).strip()
     items = sum(len(by_item) for by_item in answers.values())
     if not items:
         return float("nan")
@@ -68,8 +73,7 @@ def repeated_answer_share(records: list[dict]) -> float:
     responses; a response with no answer never counts as the repeated one."""
     answers: dict[str, list[str]] = defaultdict(list)
     for rec in records:
-        answers[f"{rec.get('group')}/{rec.get('task_key')}"].append(None if rec.get("pred") is None
-                                                                    else str(rec["pred"]).strip())
+        answers[task_of(rec)].append(None if rec.get("pred") is None else str(rec["pred"]).strip())
     total = sum(len(given) for given in answers.values())
     if not total:
         return float("nan")
@@ -108,7 +112,7 @@ def aggregate(records: list[dict], pass_k: list[int], group_kinds: dict[str, str
     by_task: dict[str, list[dict]] = defaultdict(list)
     by_group: dict[str, list[dict]] = defaultdict(list)
     for rec in records:
-        by_task[f"{rec['group']}/{rec['task_key']}"].append(rec)
+        by_task[task_of(rec)].append(rec)
         by_group[rec["group"]].append(rec)
     tasks = {}
     for key, recs in by_task.items():

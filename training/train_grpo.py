@@ -280,16 +280,12 @@ def run(cfg: DictConfig) -> int:
                       worker_log=err.worker_log), file=sys.stderr)
         print(where_logs_are(cfg), file=sys.stderr)
         return 1
-    except Terminated:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated): asked from outside, not a failure
         from training.trainer.faults import resume_command
 
-        print(f"\n[train] stopped by SIGTERM; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        from training.trainer.faults import resume_command
-
-        print(f"\n[train] interrupted; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
-        return 130
+        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        print(f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
+        return code
     print_report(cfg)
     print(where_logs_are(cfg))
     return 0

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{_short(run.dir / 'model')}" + (f", validation and verdict drawn in {_short(summary)}" if summary else ""))
     print(f"[pipeline] verdict: {verdict_sentence(cmps)}")
     for line in one_answer_gains(cmps):
-        print(f"[pipeline] caution: {line} (comparison.md, column 'most common answer')")
+        print(f"[pipeline] caution: {line} (comparison.md, columns 'most common answer' and 'repeated answer')")
     return 0
 
 
