@@ -72,16 +72,22 @@ def exported(model: str):
 
 
 def evaluation(output_dir: str):
-    """The evaluator's results.json files under `output_dir` (greedy/, sampled/), their top-level numbers."""
+    """The evaluator's results.json files under `output_dir` (greedy/, sampled/): each one's overall accuracy with its
+    interval, sample count and samples/s (its per-task rows stay in the file and the log's tables)."""
 
     def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
         output = stage_dir.parent / output_dir
         found = {}
         for path in sorted(output.rglob("results.json")):
             data = json.loads(path.read_text())
-            found[str(path.relative_to(output))] = {k: v for k, v in data.items() if isinstance(v, (int, float))} \
-                if isinstance(data, dict) else type(data).__name__
-        return {"results": found, "tail": log.read_text(errors="replace").splitlines()[-12:]}
+            if not isinstance(data, dict):
+                found[str(path.relative_to(output))] = type(data).__name__
+                continue
+            overall, run = data.get("overall") or {}, data.get("run") or {}
+            found[str(path.relative_to(output))] = {
+                "accuracy": overall.get("accuracy"), "accuracy_ci95": overall.get("accuracy_ci95"),
+                "samples": overall.get("n_samples"), "samples_per_s": run.get("samples_per_s")}
+        return {"evaluations": found, "tail": log.read_text(errors="replace").splitlines()[-12:]}
 
     return collect
 

@@ -32,6 +32,12 @@ def headline(record: dict) -> str:
         return "; ".join(parts)
     if "tests" in results:
         return ", ".join(f"{results[k]} {k}" for k in ("tests", "failures", "errors", "skipped"))
+    if "evaluations" in results:
+        return "; ".join(f"{name.split('/')[0]}: overall {found['accuracy']:.3f} "
+                         f"[{', '.join(f'{x:.3f}' for x in found.get('accuracy_ci95') or [])}], "
+                         f"{found['samples']} samples, {found['samples_per_s']} samples/s"
+                         if isinstance(found, dict) and found.get("accuracy") is not None else f"{name}: {found}"
+                         for name, found in results["evaluations"].items()) or "no results.json written"
     if "tokens_per_s" in results:
         return f"{results['tokens_per_s']} tok/s over batches {results.get('timed_batches')}"
     for tier in ("core", "kernels"):

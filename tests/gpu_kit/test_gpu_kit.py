@@ -19,7 +19,7 @@ import pytest
 
 from gpu_kit import chunks, consistency, gpu_path, results, selection
 from gpu_kit.run import Runner, Stage
-from gpu_kit.summary import export, write_summary
+from gpu_kit.summary import export, headline, write_summary
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = selection.read_lock(REPO / "requirements-gpu.lock")
@@ -192,6 +192,25 @@ def test_verl_step_lines_give_phases_generation_speed_and_launch_to_first_rollou
                                  "env/reward": 0.25, "gen_tokens_per_s": 400.0}
     assert found["steps"][2]["gen_tokens_per_s"] == 400.0 and found["checkpoint_step"] == 2
     assert found["launch_to_first_rollout_s"] == 60.0 and found["launch_to_step_end_s"] == 65.0
+
+
+def test_the_evaluator_stage_reports_each_modes_overall_accuracy_and_speed(tmp_path):
+    """Stage c2's row gives the numbers of the evaluator's own results.json (its first GPU run gave an empty row)."""
+    from evaluation.metrics import aggregate
+
+    records = [{"item_id": f"t/{i}", "group": "in_mix", "task": "chain_sum", "task_key": "chain_sum",
+                "accuracy": float(i % 2), "score": 0.5} for i in range(8)]
+    for mode, rate in (("greedy", 93.8), ("sampled", 214.4)):
+        (tmp_path / "eval" / mode).mkdir(parents=True)
+        written = {**aggregate(records, [1], {"in_mix": "category"}, resamples=50), "run": {"samples_per_s": rate}}
+        (tmp_path / "eval" / mode / "results.json").write_text(json.dumps(written))
+    log = tmp_path / "log.txt"
+    log.write_text("wrote results.json\n")
+    found = results.evaluation("eval")(tmp_path / "stage", log, {})
+    assert found["evaluations"]["greedy/results.json"]["accuracy"] == 0.5
+    assert found["evaluations"]["sampled/results.json"]["samples"] == 8
+    line = headline({"results": found})
+    assert line.startswith("greedy: overall 0.500 [") and "8 samples, 93.8 samples/s; sampled: overall 0.500" in line
 
 
 def python_stage(stage_id: str, code: str, **kwargs) -> Stage:
