@@ -210,22 +210,25 @@ def run_factory():
 # ----- faults the run survives, in one run: a step after each still trains all of its samples
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="unreliable on a loaded machine (issue 31's closing note): in one run the SIGSTOPped reward "
-                         "worker was not named within bound + 120 s; cause not found yet")
 @pytest.mark.timeout(1500)
-def test_killed_and_hung_reward_worker_and_producer_are_replaced_and_a_slow_step_is_no_hang(tiny_run, tmp_path,
-                                                                                          run_factory):
+def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_hang_and_ctrl_c_ends_clean(
+        tiny_run, tmp_path, run_factory):
     """A mix with a slow task (its items come from a producer process). After step 1 a reward worker and a producer
     child are SIGKILLed: Ray restarts the worker and retries its calls, the producer replaces its child. After step 2
     both are SIGSTOPped (hung, alive): the watchdog restarts the reward worker past the bound, the producer replaces
     its child past half of it; each is a [recovered] line. Then one step is made slow but moving (each response
     scored alone after bound/3 s: the step lasts longer than the bound, a response finishes well within it): no
-    fault. Every step trains all 8 of its samples; the run ends with exit 0 and leaves no process behind."""
+    fault. Every step trains all 8 of its samples. Then Ctrl-C (SIGINT to the terminal's process group) once the
+    slow step is logged: the driver says how to resume and exits 130; a minute later no process of the run is
+    running and Ray's session folder is gone. (One run for all of it: a training start costs two minutes of CI.
+    Sent as soon as the first ray:: process appeared, at load 35 while ray.init was still starting Ray, a SIGINT
+    was once lost: the driver now remembers it, tests/training/launch/test_interrupt.py. A stale pid of the
+    Ray-restarted reward worker once kept the stopped one from being named: processes._restarted_pid.)"""
     mix = tmp_path / "mix.yaml"
     mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
                    "  countdown: {weight: 1.0}\n")
     delay = tmp_path / "reward-delay"
-    steps = 8
+    steps = 12
     run = run_factory(tiny_run, tmp_path / "run", steps, f"env.mix={mix}", *FAST_WATCHDOG,
                       f"reward.custom_reward_function.path={REPO / 'tests' / 'slow_reward.py'}",
                       env={"RG_GRPO_TEST_REWARD_DELAY_FILE": str(delay),
@@ -249,55 +252,28 @@ def test_killed_and_hung_reward_worker_and_producer_are_replaced_and_a_slow_step
     # one every bound/3, 2.7 x the bound in all
     bound = run.bound(run.steps() + 1)
     slow_step = run.steps() + 2
+    assert slow_step < steps - 1, (slow_step, steps)  # room for the Ctrl-C before the run's end
     delay.write_text(f"{slow_step} {bound / 3:.2f}")
     bound = run.bound(slow_step)  # the bound in force during the slow step (the step before it may have raised it)
     run.wait_for(lambda: run.steps() >= slow_step, 900, "the slow step")
     delay.unlink()
-    assert run.finish(600) == 0, run.output()[-6000:]
-    output = run.output()
-    slow = [e for e in run.events("step") if e["step"] == slow_step][0]
-    assert slow["step_seconds"] > bound, (slow, bound)  # slower than the bound, yet no fault: it moved
-    assert not fault_lines(output) and "could not score" not in output
-    for step in range(1, steps + 1):
-        metrics = metrics_of(output, step)
-        assert metrics["env/samples"] == 8 and metrics["reliability/failed_samples"] == 0, (step, metrics)
-    last = metrics_of(output, steps)
-    assert last["env/producer_respawns"] == 2 and last["env/producer_hangs"] == 1, last
-    assert any("producer process hung" in e["text"] for e in run.events("recovered")), run.events("recovered")
-    assert run.left_running() == []
-    assert run.session_folder() and not run.session_folder().exists()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_killed_reward_worker_and_producer_are_replaced_then_ctrl_c_leaves_nothing_behind(tiny_run, tmp_path,
-                                                                                         run_factory):
-    """The deaths of the test above without its hangs, under the watchdog: after step 1 a reward worker and a
-    producer child are SIGKILLed; Ray restarts the worker and retries its calls, the producer replaces its child:
-    no fault line, every step trains all 8 of its samples. Then Ctrl-C (SIGINT to the terminal's process group) once
-    step 3 is logged: the driver says how to resume and exits 130; a minute later no process of the run is running
-    and Ray's session folder is gone. (One run for both: a training start costs two minutes of CI. Sent as soon as
-    the first ray:: process appeared, at load 35 while ray.init was still starting Ray, the SIGINT was once lost
-    and the run trained to its end: the driver now remembers it, tests/training/launch/test_interrupt.py.)"""
-    mix = tmp_path / "mix.yaml"
-    mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
-                   "  countdown: {weight: 1.0}\n")
-    run = run_factory(tiny_run, tmp_path / "run", 8, f"env.mix={mix}", *FAST_WATCHDOG)
-    run.wait_for(lambda: run.steps() >= 1, 900, "step 1")
-    run.strike(r"ray::RewardLoopWorker", r"envs\.producer:_generate")
-    # verl's metric line of step 3 on the console (it reaches the driver through Ray's log stream)
-    run.wait_for(lambda: re.search(r"\bstep:3 - ", run.output()), 600, "two steps after the kills")
+    # verl's metric line of the slow step on the console (it reaches the driver through Ray's log stream)
+    run.wait_for(lambda: re.search(rf"\bstep:{slow_step} - ", run.output()), 120, "the slow step's metrics")
     os.killpg(run.proc.pid, signal.SIGINT)
     code = run.finish(120)
     output = run.output()
     assert code == 130, output[-6000:]
     assert "[train] interrupted; to resume from the last checkpoint: python training/train_grpo.py" in output
+    slow = [e for e in run.events("step") if e["step"] == slow_step][0]
+    assert slow["step_seconds"] > bound, (slow, bound)  # slower than the bound, yet no fault: it moved
     assert not fault_lines(output) and "could not score" not in output
-    assert 3 <= run.steps() < 8, run.steps()
-    for step in (1, 2, 3):
+    assert slow_step <= run.steps() < steps, run.steps()
+    for step in range(1, slow_step + 1):
         metrics = metrics_of(output, step)
         assert metrics["env/samples"] == 8 and metrics["reliability/failed_samples"] == 0, (step, metrics)
-    assert metrics_of(output, 3)["env/producer_respawns"] == 1
+    last = metrics_of(output, slow_step)
+    assert last["env/producer_respawns"] == 2 and last["env/producer_hangs"] == 1, last
+    assert any("producer process hung" in e["text"] for e in run.events("recovered")), run.events("recovered")
     assert run.left_running() == []
     assert run.session_folder() and not run.session_folder().exists()
 
