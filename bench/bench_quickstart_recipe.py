@@ -40,6 +40,13 @@ RECIPES: dict[str, list[str]] = {
              "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4"],
     # three times the step size (the quickstart since issue 35)
     "lr3x": ["actor_rollout_ref.actor.optim.lr=3e-5"],
+    # lr3x trained on the judge's own correctness: Reasoning Gym's default score_answer pays len(gold)/len(answer) for
+    # an answer that contains the gold, so partial credit paid the hedge "1.1" a third for every gold "1" (lr3x seed 4
+    # answered it to 144 of 150 letter counts) while the held-out accuracy counts it wrong
+    "binary": ["actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false"],
+    # lr3x for twice the steps (40 prompts seen -> 80): the issue's fallback, a larger budget
+    "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", "trainer.total_training_steps=20", "trainer.save_freq=20",
+                "trainer.test_freq=20"],
 }
 
 
