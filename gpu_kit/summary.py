@@ -33,11 +33,8 @@ def headline(record: dict) -> str:
     if "tests" in results:
         return ", ".join(f"{results[k]} {k}" for k in ("tests", "failures", "errors", "skipped"))
     if "evaluations" in results:
-        return "; ".join(f"{name.split('/')[0]}: overall {found['accuracy']:.3f} "
-                         f"[{', '.join(f'{x:.3f}' for x in found.get('accuracy_ci95') or [])}], "
-                         f"{found['samples']} samples, {found['samples_per_s']} samples/s"
-                         if isinstance(found, dict) and found.get("accuracy") is not None else f"{name}: {found}"
-                         for name, found in results["evaluations"].items()) or "no results.json written"
+        return "; ".join(_evaluation(name, found) for name, found in results["evaluations"].items()) \
+            or "no results.json written"
     if "tokens_per_s" in results:
         return f"{results['tokens_per_s']} tok/s over batches {results.get('timed_batches')}"
     for tier in ("core", "kernels"):
@@ -53,6 +50,15 @@ def headline(record: dict) -> str:
         gpu = machine.get("nvidia_smi", "").splitlines()[0] if machine.get("nvidia_smi") else ""
         return f"torch {torch.get('version')} cuda {torch.get('cuda_available')}; {gpu}".strip("; ")
     return ", ".join(f"{k} {v}" for k, v in list(results.items())[:3] if not isinstance(v, (dict, list)))
+
+
+def _evaluation(name: str, found) -> str:
+    """One evaluator mode's overall accuracy, interval and speed, e.g. `greedy: overall 0.283 [0.249, 0.318], ...`."""
+    if not isinstance(found, dict) or found.get("accuracy") is None:
+        return f"{name}: {found}"
+    interval = ", ".join(f"{x:.3f}" for x in found.get("accuracy_ci95") or [])
+    return (f"{name.split('/')[0]}: overall {found['accuracy']:.3f} [{interval}], {found['samples']} samples, "
+            f"{found['samples_per_s']} samples/s")
 
 
 def write_summary(runner) -> Path:
