@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,8 @@ def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
             node = cfg
             for part in key.split("."):
                 node = node[part]
-            assert str(node) == value or float(node) == float(value), (name, key, node)
+            expected = yaml.safe_load(value)  # as hydra reads it: false, 20, ... ("3e-5" stays a string in YAML 1.1)
+            assert node == expected or isinstance(expected, str) and float(node) == float(expected), (name, key, node)
 
 
 def test_a_recipe_is_a_name_or_spelled_out(bench):
