@@ -79,12 +79,12 @@ def evaluation(output_dir: str):
         output = stage_dir.parent / output_dir
         found = {}
         for path in sorted(output.rglob("results.json")):
-            data = json.loads(path.read_text())
+            name, data = str(path.relative_to(output)), json.loads(path.read_text())
             if not isinstance(data, dict):
-                found[str(path.relative_to(output))] = type(data).__name__
+                found[name] = type(data).__name__
                 continue
             overall, run = data.get("overall") or {}, data.get("run") or {}
-            found[str(path.relative_to(output))] = {
+            found[name] = {
                 "accuracy": overall.get("accuracy"), "accuracy_ci95": overall.get("accuracy_ci95"),
                 "samples": overall.get("n_samples"), "samples_per_s": run.get("samples_per_s")}
         return {"evaluations": found, "tail": log.read_text(errors="replace").splitlines()[-12:]}
