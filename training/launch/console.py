@@ -114,13 +114,15 @@ def failure_summary(err: BaseException, worker_logs: dict[int, Path], driver_log
 
 
 class ProgressPrinter(threading.Thread):
-    """Reads progress.jsonl as the trainer appends to it; draws a bar over the steps and one line per event."""
+    """Reads progress.jsonl as the trainer appends to it; draws a bar over the steps and one line per event. The bar
+    is drawn only on a terminal: redirected to a file, its once-a-second redraws would bury the lines."""
 
     def __init__(self, path: Path, stream, started: float):
         super().__init__(daemon=True, name="rg-grpo-progress")
         self.path, self.stream, self.started = path, stream, started
         self.stop_event = threading.Event()
         self.bar = None
+        self.draws_bar = stream.isatty()
         self.first_step_seconds: float | None = None
         self.ray_logs: Path | None = None  # Ray's session log folder, once Ray has started
 
@@ -160,9 +162,13 @@ class ProgressPrinter(threading.Thread):
         else:
             print(text, file=self.stream, flush=True)
 
-    def show(self, event: dict) -> None:
+    def new_bar(self, total: int, step: int):
         from tqdm import tqdm
 
+        return tqdm(total=total, initial=step - 1, desc="steps", file=self.stream, dynamic_ncols=True,
+                    disable=not self.draws_bar)
+
+    def show(self, event: dict) -> None:
         kind, step, total = event.get("kind"), int(event.get("step", 0)), int(event.get("total", 0))
         since = float(event.get("time", time.time())) - self.started
         if kind == "ready":
@@ -173,15 +179,14 @@ class ProgressPrinter(threading.Thread):
         elif kind == "validating":
             self.write(f"[val] validating on {event.get('items', '?')} items ...")
         elif kind == "train_begin":
-            self.bar = self.bar or tqdm(total=total, initial=step - 1, desc="steps", file=self.stream,
-                                        dynamic_ncols=True)
+            self.bar = self.bar or self.new_bar(total, step)
         elif kind == "validation":
             when = "before training" if step == 0 else f"at step {step}"
             self.write(f"[val] {when}: accuracy {event['val_accuracy']:.3f} "
                        f"(mean of {event['val_sources']} task(s)), {since:.0f} s after launch")
         elif kind == "step":
             if self.bar is None:
-                self.bar = tqdm(total=total, initial=step - 1, desc="steps", file=self.stream, dynamic_ncols=True)
+                self.bar = self.new_bar(total, step)
             self.write(f"[step {step}/{total}] reward {event.get('reward', float('nan')):.3f}  accuracy "
                        f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"

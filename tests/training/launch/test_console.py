@@ -3,6 +3,7 @@ few lines and keeps every line of verl's in files under the run directory; a wor
 with its last lines and its log's path. The run also starts with its first rendezvous port taken
 (training/trainer/rendezvous.py) and writes TensorBoard's files under the run directory."""
 
+import io
 import os
 import re
 import socket
@@ -112,3 +113,25 @@ def test_progress_events_carry_the_step_line_and_validation():
     before = progress_event({"val-core/reasoning_gym/chain_sum/acc/mean@1": 0.5}, step=0, total=10)
     assert before["kind"] == "validation" and before["val_accuracy"] == 0.5
     assert progress_event({"actor/lr": 1e-5}, step=1, total=10) is None
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("stream_type, draws_bar", [(io.StringIO, False), (Terminal, True)])
+def test_the_step_bar_is_drawn_on_a_terminal_and_left_out_of_a_redirected_log(tmp_path, stream_type, draws_bar):
+    from training.launch.console import ProgressPrinter
+
+    stream = stream_type()
+    printer = ProgressPrinter(tmp_path / "progress.jsonl", stream, started=0.0)
+    printer.show({"kind": "train_begin", "step": 1, "total": 2})
+    for step in (1, 2):
+        printer.show({"kind": "step", "step": step, "total": 2, "reward": 0.5, "step_seconds": 3.0})
+        printer.bar.refresh()  # what the thread does each second during a step
+    printer.bar.close()
+    text = stream.getvalue()
+    lines = screen_lines(text)
+    assert lines[0].startswith("[step 1/2] reward 0.500") and lines[1].startswith("[step 2/2]"), lines
+    assert ("steps:" in text) is draws_bar and ("\r" in text) is draws_bar, text
