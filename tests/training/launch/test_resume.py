@@ -190,10 +190,12 @@ def test_train_grpo_exits_0_on_a_finished_experiment_and_2_on_another_mix(tmp_pa
 
     monkeypatch.setattr(train_grpo, "launch", no_launch)
     ckpt = tmp_path / "ckpt"
-    base = ["model=tiny", "trainer.device=cpu", f"trainer.default_local_dir={ckpt}"]  # env.on_cpu: 10 steps
-    check_resume(resolve_config(compose_config("quickstart", base), gpu_count=1))  # the first run's manifest
-    save_checkpoint(ckpt, 10)
+    base = ["model=tiny", "trainer.device=cpu", f"trainer.default_local_dir={ckpt}"]
+    cfg = resolve_config(compose_config("quickstart", base), gpu_count=1)
+    check_resume(cfg)  # the first run's manifest
+    last = cfg.trainer.total_training_steps  # env.on_cpu's step count
+    save_checkpoint(ckpt, last)
     assert train_grpo.run(compose_config("quickstart", base)) == 0
-    assert f"[resume] experiment {ckpt} already finished at step 10" in capsys.readouterr().out
+    assert f"[resume] experiment {ckpt} already finished at step {last}" in capsys.readouterr().out
     assert train_grpo.run(compose_config("quickstart", base + ["env.mix=algebra"])) == 2
     assert "env.mix: checkpoint quickstart" in capsys.readouterr().err
