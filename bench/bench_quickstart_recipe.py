@@ -31,20 +31,23 @@ from evaluation.compare import interval_text, load_comparisons  # noqa: E402
 from training.report.verdict import decided  # noqa: E402
 
 # Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
+# The quickstart trained ten steps until "steps20" was shipped; the recipes measured then name their ten steps.
+TEN_STEPS = ["trainer.total_training_steps=10", "trainer.save_freq=10", "trainer.test_freq=10"]
 RECIPES: dict[str, list[str]] = {
-    "shipped": [],  # configs/quickstart.yaml as it is now
+    "shipped": [],  # configs/quickstart.yaml as it is now (steps20's settings)
     # the quickstart until issue 35: lr 1e-5 (ten CPU steps moved held-out greedy accuracy by a few points either way)
-    "lr1e-5": ["actor_rollout_ref.actor.optim.lr=1e-5"],
+    "lr1e-5": ["actor_rollout_ref.actor.optim.lr=1e-5", *TEN_STEPS],
     # the same 32 responses a step from 8 prompts x 4 samples instead of 4 x 8: twice the questions per gradient
     "wide": ["actor_rollout_ref.actor.optim.lr=1e-5", "data.train_batch_size=8",
-             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4"],
-    # three times the step size (the quickstart since issue 35)
-    "lr3x": ["actor_rollout_ref.actor.optim.lr=3e-5"],
+             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4", *TEN_STEPS],
+    # three times the step size (4 of 5 seeds)
+    "lr3x": ["actor_rollout_ref.actor.optim.lr=3e-5", *TEN_STEPS],
     # lr3x trained on the judge's own correctness: Reasoning Gym's default score_answer pays len(gold)/len(answer) for
     # an answer that contains the gold, so partial credit paid the hedge "1.1" a third for every gold "1" (lr3x seed 4
-    # answered it to 144 of 150 letter counts) while the held-out accuracy counts it wrong
-    "binary": ["actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false"],
-    # lr3x for twice the steps (40 prompts seen -> 80): the issue's fallback, a larger budget
+    # answered it to 144 of 150 letter counts) while the held-out accuracy counts it wrong (4 of 5 seeds)
+    "binary": ["actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false", *TEN_STEPS],
+    # lr3x for twice the steps (40 prompts seen -> 80): the issue's fallback, a larger budget (5 of 5: the quickstart
+    # since issue 35)
     "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", "trainer.total_training_steps=20", "trainer.save_freq=20",
                 "trainer.test_freq=20"],
 }

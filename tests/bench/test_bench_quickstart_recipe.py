@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,8 +36,20 @@ def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
             assert node == expected or isinstance(expected, str) and float(node) == float(expected), (name, key, node)
 
 
+def test_the_shipped_cpu_quickstart_is_the_recipe_that_passed_5_of_5(bench):
+    """BENCHMARKS.md's 5-of-5 sweep is of "steps20": the quickstart a user runs on a CPU must be that recipe."""
+    from training.launch.config import compose_config
+    from training.launch.hardware import apply_cpu_overrides
+
+    shipped = compose_config("quickstart", [])
+    apply_cpu_overrides(shipped, set())
+    for override in bench.RECIPES["steps20"]:
+        key, value = override.split("=", 1)
+        assert float(OmegaConf.select(shipped, key)) == float(value), (key, OmegaConf.select(shipped, key))
+
+
 def test_a_recipe_is_a_name_or_spelled_out(bench):
-    assert bench.parse_recipe("lr3x") == ("lr3x", ["actor_rollout_ref.actor.optim.lr=3e-5"])
+    assert bench.parse_recipe("lr3x") == ("lr3x", ["actor_rollout_ref.actor.optim.lr=3e-5", *bench.TEN_STEPS])
     assert bench.parse_recipe("mine:data.train_batch_size=8,trainer.total_training_steps=12") == (
         "mine", ["data.train_batch_size=8", "trainer.total_training_steps=12"])
     with pytest.raises(SystemExit, match="not one of"):
