@@ -31,8 +31,13 @@ from evaluation.compare import interval_text, load_comparisons  # noqa: E402
 from training.report.verdict import decided  # noqa: E402
 
 # Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
+def run_length(steps: int) -> list[str]:
+    """Overrides that train `steps` steps with one checkpoint and one validation, at the end."""
+    return [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", f"trainer.test_freq={steps}"]
+
+
 # The quickstart trained ten steps until "steps20" was shipped; the recipes measured then name their ten steps.
-TEN_STEPS = ["trainer.total_training_steps=10", "trainer.save_freq=10", "trainer.test_freq=10"]
+TEN_STEPS = run_length(10)
 RECIPES: dict[str, list[str]] = {
     "shipped": [],  # configs/quickstart.yaml as it is now (steps20's settings)
     # the quickstart until issue 35: lr 1e-5 (ten CPU steps moved held-out greedy accuracy by a few points either way)
@@ -48,8 +53,7 @@ RECIPES: dict[str, list[str]] = {
     "binary": ["actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false", *TEN_STEPS],
     # lr3x for twice the steps (40 prompts seen -> 80): the issue's fallback, a larger budget (5 of 5: the quickstart
     # since issue 35)
-    "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", "trainer.total_training_steps=20", "trainer.save_freq=20",
-                "trainer.test_freq=20"],
+    "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", *run_length(20)],
 }
 
 

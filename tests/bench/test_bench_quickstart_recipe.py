@@ -20,32 +20,32 @@ def bench():
     return module
 
 
-def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
+def cpu_quickstart(overrides: list[str]):
+    """The quickstart config as a CPU run composes it: env.on_cpu applied, the command line winning over it."""
     from training.launch.config import compose_config
     from training.launch.hardware import apply_cpu_overrides
 
+    cfg = compose_config("quickstart", overrides)
+    apply_cpu_overrides(cfg, {o.split("=", 1)[0] for o in overrides})
+    return cfg
+
+
+def assert_sets(cfg, overrides: list[str], name: str) -> None:
+    for override in overrides:
+        key, value = override.split("=", 1)
+        node = OmegaConf.select(cfg, key)
+        expected = yaml.safe_load(value)  # as hydra reads it: false, 20, ... ("3e-5" stays a string in YAML 1.1)
+        assert node == expected or isinstance(expected, str) and float(node) == float(expected), (name, key, node)
+
+
+def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
     for name, overrides in bench.RECIPES.items():
-        cfg = compose_config("quickstart", overrides)
-        apply_cpu_overrides(cfg, {o.split("=", 1)[0] for o in overrides})  # the command line wins over env.on_cpu
-        for override in overrides:
-            key, value = override.split("=", 1)
-            node = cfg
-            for part in key.split("."):
-                node = node[part]
-            expected = yaml.safe_load(value)  # as hydra reads it: false, 20, ... ("3e-5" stays a string in YAML 1.1)
-            assert node == expected or isinstance(expected, str) and float(node) == float(expected), (name, key, node)
+        assert_sets(cpu_quickstart(overrides), overrides, name)
 
 
 def test_the_shipped_cpu_quickstart_is_the_recipe_that_passed_5_of_5(bench):
     """BENCHMARKS.md's 5-of-5 sweep is of "steps20": the quickstart a user runs on a CPU must be that recipe."""
-    from training.launch.config import compose_config
-    from training.launch.hardware import apply_cpu_overrides
-
-    shipped = compose_config("quickstart", [])
-    apply_cpu_overrides(shipped, set())
-    for override in bench.RECIPES["steps20"]:
-        key, value = override.split("=", 1)
-        assert float(OmegaConf.select(shipped, key)) == float(value), (key, OmegaConf.select(shipped, key))
+    assert_sets(cpu_quickstart([]), bench.RECIPES["steps20"], "shipped")
 
 
 def test_a_recipe_is_a_name_or_spelled_out(bench):
