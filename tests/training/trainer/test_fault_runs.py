@@ -313,14 +313,16 @@ def test_killed_processes_are_each_named_by_role_on_a_quiet_console(tiny_run, tm
     error.log, whose path it gives), no step after the one in flight trains, and nothing of the run is left."""
     run = run_factory(tiny_run, tmp_path / "run", 6, *FAST_WATCHDOG, verbose=False)
     run.wait_for(lambda: run.steps() >= 2, 900, "step 2")
-    at_kill = run.steps()
-    bound = run.bound(at_kill + 1)
+    bound = run.bound(run.steps() + 1)
     roles = {r"ray::WorkerDict": "training rank 0", r"ray::TransformersServer": "rollout server 0",
              r"ray::AgentLoopWorker": "agent loop worker 0",
              r"ray::TransferQueueController": "TransferQueue controller",
              r"ray::SimpleStorageUnit": "TransferQueue storage 0"}
     run.strike(*roles)
     killed = time.monotonic()
+    # read after the kills, not before the wait for step 3's heartbeat (steps finished in that wait once read as
+    # steps after the kill): a step finished at the kill is at most this, so one more is at most the one in flight
+    at_kill = run.steps()
     code = run.finish(600)
     seconds, output = time.monotonic() - killed, run.output()
     assert code == 1, output[-6000:]
