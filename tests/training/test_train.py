@@ -1,6 +1,7 @@
 """The whole pipeline as a user runs it, through `python training/train_grpo.py` on the tiny model:
 two GRPO steps with a checkpoint; a new process resumes and takes step 3 with exactly the prompts that follow;
-the checkpoint exports with utils/load_fsdp_to_hf.py and the export evaluates with evaluation/evaluate_model.py.
+the checkpoint exports with utils/load_fsdp_to_hf.py and the export evaluates with evaluation/evaluate_model.py;
+`python -m training.pipeline` takes that run through export, evaluation and comparison.
 The same tests run on the CPU backend and, marked `gpu`, on CUDA. Dynamic sampling on the curriculum config runs here
 on CUDA only: on the CPU, test_shipped_configs.py's launches of `dapo` (dynamic sampling) and
 `curriculum_spell_backward` check the same and more, and a launch costs over a minute of CI.
@@ -9,6 +10,7 @@ on CUDA only: on the CPU, test_shipped_configs.py's launches of `dapo` (dynamic 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,6 +172,68 @@ def test_checkpoint_exports_and_evaluates(trained, tmp_path):
     assert evaluate.returncode == 0, evaluate.stdout[-3000:] + evaluate.stderr[-3000:]
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert results and (tmp_path / "eval" / "generations.jsonl").read_text().count("\n") == 6
+
+
+EVAL = ["--eval-config", "configs/eval/smoke.yaml", "--eval-backend", "hf", "--eval-override", "suite.size=2",
+        "--eval-override", "suite.composites.mixed.size=2", "--eval-override", "sampling.n=1",
+        "--eval-override", "sampling.max_tokens=8", "--eval-override", "pass_k=[1]"]
+
+
+def pipeline(run_dir: Path, tiny_run: list[str], model: Path, device: str, *extra: str) -> str:
+    """`python -m training.pipeline` on the fixture's config (3 steps, as trained); returns its console (exit 0)."""
+    cmd = [sys.executable, "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", str(run_dir), *EVAL,
+           *extra, *tiny_run, "trainer.total_training_steps=3", "trainer.save_freq=3", f"trainer.device={device}",
+           f"actor_rollout_ref.model.path={model}"]  # the fixture's model, which the moved cache below would rebuild
+    # the evaluation cache (base results) in the test's own folder
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RG_GRPO_CACHE=str(run_dir.parent / "cache"))
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_pipeline_trains_exports_evaluates_compares_and_skips_what_is_done(trained, tiny_run, tiny_model_dir,
+                                                                          tmp_path):
+    """`python -m training.pipeline` (training/report/pipeline.py) on the fixture's run: its train stage runs
+    train_grpo.py on the run folder's checkpoints, which hold the fixture's finished run (copied: the training itself
+    is the fixture's, a launch costs two minutes of CI), then export, both evaluations, the comparison, the summary
+    PNG and the one-sentence verdict; a rerun skips every stage; `--trained` (what `make quickstart` runs) uses an
+    existing run and the cached base results."""
+    fixture_dir, _, _ = trained
+    device = "cpu" if "cpu" in fixture_dir.name else "cuda"
+    run_dir = tmp_path / "run"
+    shutil.copytree(fixture_dir / "ckpt", run_dir / "checkpoints")
+    first = pipeline(run_dir, tiny_run, tiny_model_dir, device)
+    for stage in ("train", "export", "eval-base", "eval-trained", "compare"):
+        assert f"[pipeline] {stage}: finished" in first
+        assert (run_dir / "stages" / f"{stage}.json").is_file()
+    assert "already finished at step 3" in (run_dir / "logs" / "train.log").read_text()  # our checkpoints, not fresh
+    assert (run_dir / "model" / "config.json").is_file()
+    for side in ("base", "trained"):
+        assert json.loads((run_dir / "eval" / side / "results.json").read_text())
+    compare = run_dir / "eval" / "compare"
+    assert any(compare.glob("*.md")) and any(compare.glob("*.png"))
+    # both sides scored as the quickstart trains (its env.reward, via --from-run), and the verdict printed
+    for side in ("base", "trained"):
+        run = json.loads((run_dir / "eval" / side / "results.json").read_text())["run"]
+        assert run["reward"]["answer_fallback"] == "last_number" and run["reward"]["partial_credit"] is True
+        assert run["system_prompt"].startswith("Answer with the final result only")
+    assert "[pipeline] held-out evaluation, base vs trained (step 3)" in first
+    assert "  overall " in first and "resolved" in first
+    # the console ends with the verdict in one sentence; summary.png draws it beside the validation curve
+    last = first.strip().splitlines()[-1]
+    assert last.startswith("[pipeline] verdict: ") and last.count(". ") == 0 and "accuracy went from" in last
+    assert (run_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = pipeline(run_dir, tiny_run, tiny_model_dir, device)
+    assert all(f"[pipeline] {stage}: done earlier" in again
+               for stage in ("train", "export", "eval-base", "eval-trained", "compare"))
+    # an existing run (--trained, as `make quickstart` does): no training, the base model's results from the cache
+    other = pipeline(tmp_path / "other", tiny_run, tiny_model_dir, device, "--trained", str(run_dir / "checkpoints"))
+    assert "[pipeline] train" not in other and "[pipeline] compare: finished" in other
+    assert "(hit)" in (tmp_path / "other" / "logs" / "eval-base.log").read_text()
 
 
 @pytest.mark.slow
