@@ -195,8 +195,8 @@ def pipeline(run_dir: Path, tiny_run: list[str], model: Path, device: str, *extr
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_pipeline_trains_exports_evaluates_compares_and_skips_what_is_done(trained, tiny_run, tiny_model_dir,
-                                                                          tmp_path):
+def test_pipeline_takes_a_trained_run_through_every_stage_and_skips_what_is_done(trained, tiny_run,
+                                                                                tiny_model_dir, tmp_path):
     """`python -m training.pipeline` (training/report/pipeline.py) on the fixture's run: its train stage runs
     train_grpo.py on the run folder's checkpoints, which hold the fixture's finished run (copied: the training itself
     is the fixture's, a launch costs two minutes of CI), then export, both evaluations, the comparison, the summary
