@@ -311,7 +311,8 @@ def test_killed_processes_are_each_named_by_role_on_a_quiet_console(tiny_run, tm
     controller and storage: the run stops (verl itself waits forever on a dead TransferQueue: the watchdog's bound
     ends that wait), the one [fault] line names each by its role, the console shows no Ray traceback (they are in
     error.log, whose path it gives), no step after the one in flight trains, and nothing of the run is left."""
-    run = run_factory(tiny_run, tmp_path / "run", 6, *FAST_WATCHDOG, verbose=False)
+    steps = 20  # room for the kill: tiny steps take seconds, and up to 3 finished between step 2 and the kill in CI
+    run = run_factory(tiny_run, tmp_path / "run", steps, *FAST_WATCHDOG, verbose=False)
     run.wait_for(lambda: run.steps() >= 2, 900, "step 2")
     bound = run.bound(run.steps() + 1)
     roles = {r"ray::WorkerDict": "training rank 0", r"ray::TransformersServer": "rollout server 0",
@@ -334,7 +335,7 @@ def test_killed_processes_are_each_named_by_role_on_a_quiet_console(tiny_run, tm
     assert "to resume from the last checkpoint: python training/train_grpo.py --config-name quickstart" in fault[-1]
     for ray_text in ("Traceback", "ray.exceptions", "The actor died", "OOM killer"):
         assert ray_text not in output, (ray_text, output[-6000:])
-    assert run.steps() <= at_kill + 1 < 6  # at most the step in flight finished
+    assert run.steps() <= at_kill + 1 < steps  # at most the step in flight finished
     # the bound, a probe of up to 10 s, the grace for verl to unwind, and slack for a loaded machine
     assert seconds < bound + 10 + 20 + 60, (seconds, bound)
     assert run.left_running() == []
@@ -376,7 +377,8 @@ def test_a_stopped_rollout_server_and_training_rank_are_named_hung_and_the_check
 def test_a_stopped_trainer_is_named_hung_by_the_guardian(tiny_run, tmp_path, run_factory):
     """SIGSTOP of Ray's task runner (the trainer: its own watchdog stops with it) after step 2: its heartbeat goes
     stale, the guardian names it hung and kills it, the driver prints that and exits 1; nothing is left."""
-    run = run_factory(tiny_run, tmp_path / "run", 6, *FAST_WATCHDOG, verbose=False)
+    # 20 steps: room for the stop, as in the test above (the run is stopped long before its end)
+    run = run_factory(tiny_run, tmp_path / "run", 20, *FAST_WATCHDOG, verbose=False)
     run.wait_for(lambda: run.steps() >= 2, 900, "step 2")
     run.bound(run.steps() + 1)
     stale_after = float(run.heartbeat()["stale_after"])
