@@ -30,12 +30,12 @@ sys.path.insert(0, str(REPO))
 from evaluation.compare import interval_text, load_comparisons  # noqa: E402
 from training.report.verdict import decided  # noqa: E402
 
-# Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
 def run_length(steps: int) -> list[str]:
     """Overrides that train `steps` steps with one checkpoint and one validation, at the end."""
     return [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", f"trainer.test_freq={steps}"]
 
 
+# Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
 # The quickstart trained ten steps until "steps20" was shipped; the recipes measured then name their ten steps.
 TEN_STEPS = run_length(10)
 RECIPES: dict[str, list[str]] = {
