@@ -229,7 +229,9 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
                    "  countdown: {weight: 1.0}\n")
     delay = tmp_path / "reward-delay"
     steps = 20  # room for the slow step after the recovery (tiny steps take 0.5 s; Ctrl-C ends the run long before)
-    run = run_factory(tiny_run, tmp_path / "run", steps, f"env.mix={mix}", *FAST_WATCHDOG,
+    # one producer child: with two, the stopped one could be given no request (the other answers at once and takes
+    # the next), so its hang went unseen for a whole run (CI at 24769c4)
+    run = run_factory(tiny_run, tmp_path / "run", steps, f"env.mix={mix}", "env.producer_processes=1", *FAST_WATCHDOG,
                       f"reward.custom_reward_function.path={REPO / 'tests' / 'slow_reward.py'}",
                       env={"RG_GRPO_TEST_REWARD_DELAY_FILE": str(delay),
                            "RG_GRPO_TEST_PROGRESS_FILE": str(tmp_path / "run" / "logs" / "progress.jsonl")})
