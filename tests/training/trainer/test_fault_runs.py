@@ -228,9 +228,12 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
     mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
                    "  countdown: {weight: 1.0}\n")
     delay = tmp_path / "reward-delay"
-    steps = 20  # room for the slow step after the recovery (tiny steps take 0.5 s; Ctrl-C ends the run long before)
+    # room for the producer's hang and the slow step after it: the stream asks 64 positions ahead, so the stopped
+    # child may first be asked once steps resume after the worker's recovery, and is caught half a bound (~18 s) later;
+    # tiny steps take 0.5-0.9 s, and the run of CI at 3f4c37d ended at its 20th step first. Ctrl-C ends it anyway.
+    steps = 60
     # one producer child: with two, the stopped one could be given no request (the other answers at once and takes
-    # the next), so its hang went unseen for a whole run (CI at 24769c4)
+    # the next)
     run = run_factory(tiny_run, tmp_path / "run", steps, f"env.mix={mix}", "env.producer_processes=1", *FAST_WATCHDOG,
                       f"reward.custom_reward_function.path={REPO / 'tests' / 'slow_reward.py'}",
                       env={"RG_GRPO_TEST_REWARD_DELAY_FILE": str(delay),
