@@ -258,9 +258,9 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
     recovery_step = int(re.search(r"step (\d+) made no progress", line).group(1))
     assert recovered - stopped < bound / 2 + used + 60, (recovered - stopped, bound, line)  # + slack for load
     run.wait_for(lambda: not runs(worker.pid, worker.create_time()), 60, "the stopped reward worker killed")
-    # the producer child's hang is caught when the stream next asks it for items: before the worker's or after it
-    # (then its warm-up bound, 3 x the start-up time, held during the slow step and exceeded it). The step of its
-    # line is at most the one in flight when it is read.
+    # the producer child's hang is caught when the stream next asks it for items: before the worker's or after it.
+    # Its replacement raises the bound to 3 x the start-up time until that step ends: a slow step set up before it
+    # ran under that bound and did not exceed it. The step of its line is at most the one in flight when it is read.
     run.wait_for(lambda: any("producer process hung" in e["text"] for e in run.events("recovered")),
                  bound / 2 + 3 * bound + 120, "[recovered] line for the stopped producer child")
     recovery_step = max(recovery_step, run.steps() + 1)
