@@ -4,6 +4,7 @@
     python bench/bench_trl.py --model tiny --steps 3     # plumbing check, ~6 minutes on 2 cores
     python bench/bench_trl.py --steps 4                  # SmolLM2-135M-Instruct, the quickstart model
     python bench/bench_trl.py --steps 4 --arms vllm trl  # some arms only
+    python bench/bench_trl.py --steps 4 --fixed-length   # every response runs to the limit: the same tokens per arm
     # ours without the old_log_prob pass (the rollout's log-probs serve as the old ones; TRL skips it too):
     python bench/bench_trl.py --steps 4 --override algorithm.rollout_correction.bypass_mode=true
 
@@ -78,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-length", type=int, default=None,
                         help=f"data.max_prompt_length; default: the config's ({TINY_MAX_PROMPT_LENGTH} for the tiny "
                              "model, whose tokenizer makes longer prompts)")
+    parser.add_argument("--fixed-length", action="store_true",
+                        help="every response runs to data.max_response_length in every arm (rollout.ignore_eos; TRL: "
+                             "min_new_tokens), so the arms time the same number of tokens, not their own samples'")
     parser.add_argument("--micro-batch", type=int, default=None,
                         help="sequences per forward/backward (actor/log-prob micro-batches); default: the config's")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -112,6 +116,8 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
         overrides += [f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
                       f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
                       f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={args.micro_batch}"]
+    if args.fixed_length:
+        overrides.append("actor_rollout_ref.rollout.ignore_eos=true")
     return overrides + list(args.override)
 
 
@@ -190,7 +196,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, str(value)]
     for override in args.override:
         argv += ["--override", override]
-    return argv
+    return argv + (["--fixed-length"] if args.fixed_length else [])
 
 
 def run_trl(args: argparse.Namespace, settings: dict, workdir: Path) -> tuple[list[dict], float, dict]:
@@ -282,7 +288,8 @@ def report(result: dict) -> str:
         "steps"))
     launch = ", ".join(f"{name} {fmt(result[name].get('first_rollout_s'), 1)} s" for name in arms)
     head = (f"{result['model']}, {s['prompts']} prompts x {s['config']['num_generations']} samples, "
-            f"{s['config']['max_completion_length']}-token responses, prompts <= {s['max_prompt_length']} tokens, "
+            f"{s['config']['max_completion_length']}-token responses"
+            f"{' (every one that long: --fixed-length)' if 'generation_kwargs' in s['config'] else ''}, prompts <= {s['max_prompt_length']} tokens, "
             f"{s['steps']} steps, fp32, {s['threads']} torch threads, TRL {result.get('trl', {}).get('trl')}; "
             f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after "
             f"({os.cpu_count()} cores). Wall (start-up included): {walls}. Launch -> first rollout: {launch}.")

@@ -72,6 +72,10 @@ def trl_settings(cfg) -> dict[str, Any]:
                          "algorithm.rollout_correction.bypass_mode=true (then the rollout's own log-probs serve); TRL "
                          "skips them when generation and optimizer step are aligned (one step per generation, "
                          "num_iterations=1)")
+    fixed_length = bool(rollout.get("ignore_eos", False))
+    if fixed_length:
+        unmatched.append("rollout.ignore_eos: vLLM and ours draw an EOS and go on; TRL's generate() gets "
+                         "min_new_tokens = the response length instead (EOS masked until then): the same token counts")
     reward = OmegaConf.to_container(cfg.env.reward, resolve=True)
     model_path = str(arr.model.path)
     config = {
@@ -113,6 +117,8 @@ def trl_settings(cfg) -> dict[str, Any]:
         "dataloader_num_workers": 0,
         "log_completions": False,
     }
+    if fixed_length:
+        config["generation_kwargs"] = {"min_new_tokens": int(data.max_response_length)}
     return {"config": config, "prompts": prompts, "steps": int(cfg.trainer.total_training_steps),
             "max_prompt_length": int(data.max_prompt_length), "model_path": model_path,
             "threads": cpu_threads(ranks), "reward_options": reward, "unmatched": unmatched}

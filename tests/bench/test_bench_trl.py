@@ -56,6 +56,17 @@ def test_trl_settings_follow_the_composed_config(bench, tiny_cfg):
     assert settings["reward_options"]["tokenizer_path"] == settings["model_path"]
 
 
+def test_fixed_length_runs_every_arm_to_the_response_limit(bench, tiny_cfg):
+    args = bench.parse_args(["--model", "tiny", "--steps", "3", "--fixed-length"])
+    overrides = bench.bench_overrides(args)
+    cfg = bench.compose(overrides)
+    assert cfg.actor_rollout_ref.rollout.ignore_eos  # ours and verl's vLLM server read it
+    settings = bench.trl_settings(cfg)
+    assert settings["config"]["generation_kwargs"] == {"min_new_tokens": cfg.data.max_response_length}
+    assert "--fixed-length" in bench.worker_argv(args)  # the TRL worker composes the same config
+    assert "generation_kwargs" not in bench.trl_settings(tiny_cfg)["config"]
+
+
 def test_several_updates_per_step_are_refused(bench):
     args = bench.parse_args(["--model", "tiny", "--prompts", "4",
                              "--override", "actor_rollout_ref.actor.ppo_mini_batch_size=2"])

@@ -187,6 +187,7 @@ class TransformersServer:
         if image_data is not None or video_data is not None:
             raise NotImplementedError("the transformers CPU rollout serves text-only models")
         params = dict(sampling_params)
+        params.setdefault("ignore_eos", bool(self.config.get("ignore_eos", False)))  # as verl's vLLM server does
         prompt_ids = [int(t) for t in prompt_ids]
         room = int(self.config.max_model_len or (self.config.prompt_length + self.config.response_length)) - len(prompt_ids)
         if room < 1:

@@ -3,7 +3,7 @@
 Written out (not `model.generate`) for two reasons: the log-probability of each sampled token must be the one
 verl's actor computes (log-softmax of logits / temperature, before top-k/top-p truncation, as vLLM's
 "processed_logprobs"), kept per step instead of storing full logits; and sampling follows vLLM's conventions
-(temperature 0 = greedy, top_k -1 = off, stop after the first EOS, which is part of the response).
+(temperature 0 = greedy, top_k -1 = off, stop after the first EOS, which is part of the response, unless ignore_eos).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class SamplingSpec:
     top_p: float = 1.0
     top_k: int = -1  # -1 or 0: off
     repetition_penalty: float = 1.0
+    ignore_eos: bool = False  # sample every row to its token limit; an EOS drawn on the way is kept, as in vLLM
 
     @classmethod
     def from_params(cls, params: dict) -> "SamplingSpec":
@@ -29,7 +30,8 @@ class SamplingSpec:
         return cls(temperature=float(params.get("temperature", 1.0) if params.get("temperature") is not None else 1.0),
                    top_p=float(params.get("top_p") if params.get("top_p") is not None else 1.0),
                    top_k=int(top_k) if top_k is not None else -1,
-                   repetition_penalty=float(params.get("repetition_penalty") or 1.0))
+                   repetition_penalty=float(params.get("repetition_penalty") or 1.0),
+                   ignore_eos=bool(params.get("ignore_eos", False)))
 
 
 @dataclass
@@ -71,8 +73,8 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
     """Samples one response per prompt (left-padded batch, one KV cache); returns them in prompt order.
 
     Identical prompts (a GRPO group's n samples) are prefilled once and their KV cache rows repeated: prefill of
-    ~300-token prompts dominates CPU generation. Each row stops at its first EOS token or at its own
-    `max_new_tokens`; the batch stops when every row has. A row with a seed (`seeds[i]`, vLLM's per-request
+    ~300-token prompts dominates CPU generation. Each row stops at its first EOS token (never with
+    `spec.ignore_eos`) or at its own `max_new_tokens`; the batch stops when every row has. A row with a seed (`seeds[i]`, vLLM's per-request
     `seed`) draws from its own generator, so its draws do not depend on the other rows; the others share `generator`.
     """
     device = next(model.parameters()).device
@@ -87,7 +89,8 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
         mask[row, width - len(ids):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     limits = torch.tensor(max_new_tokens, device=device)
-    eos = torch.tensor(sorted(eos_token_ids), device=device)
+    stop_ids = set() if spec.ignore_eos else set(eos_token_ids)
+    eos = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache, logits = out.past_key_values, out.logits[:, -1, :].float()
     if rows is not None:  # one row per request from here on
@@ -127,7 +130,7 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
                     use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
     token_matrix, log_prob_matrix = torch.stack(tokens, dim=1).tolist(), torch.stack(log_probs, dim=1).tolist()
-    return [_cut(ids, lps, limit, eos_token_ids) for ids, lps, limit in zip(token_matrix, log_prob_matrix, max_new_tokens)]
+    return [_cut(ids, lps, limit, stop_ids) for ids, lps, limit in zip(token_matrix, log_prob_matrix, max_new_tokens)]
 
 
 def _cut(ids: list[int], log_probs: list[float], limit: int, eos_token_ids: set[int]) -> Sampled:

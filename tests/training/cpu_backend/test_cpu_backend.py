@@ -180,6 +180,17 @@ def test_top_k_one_is_greedy_and_eos_ends_the_response(tiny_lm):
     assert stopped.token_ids == greedy[0].token_ids[: first + 1] and stopped.finished_by_eos
 
 
+def test_ignore_eos_samples_to_the_limit_through_an_eos(tiny_lm):
+    """vLLM's ignore_eos (verl's rollout.ignore_eos): an EOS drawn on the way is kept and the row goes on."""
+    model, tokenizer = tiny_lm
+    prompts = _prompts(tokenizer)
+    greedy = sample_batch(model, prompts[:1], [8], SamplingSpec(temperature=0), {-1}, tokenizer.pad_token_id)[0]
+    stop = greedy.token_ids[3]
+    on = sample_batch(model, prompts[:1], [8], SamplingSpec(temperature=0, ignore_eos=True), {stop},
+                      tokenizer.pad_token_id)[0]
+    assert on.token_ids == greedy.token_ids and len(on.token_ids) == 8 and not on.finished_by_eos
+
+
 def test_cut_keeps_the_first_eos_and_the_limit():
     assert _cut([5, 6, 2, 7], [0.1, 0.2, 0.3, 0.4], 4, {2}).token_ids == [5, 6, 2]
     assert _cut([5, 6, 7, 8], [0.1] * 4, 3, {2}).token_ids == [5, 6, 7]
@@ -188,7 +199,8 @@ def test_cut_keeps_the_first_eos_and_the_limit():
 def test_sampling_spec_follows_vllm_conventions():
     spec = SamplingSpec.from_params({"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
                                      "logprobs": True})
-    assert spec == SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, repetition_penalty=1.0)
+    assert spec == SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, repetition_penalty=1.0, ignore_eos=False)
+    assert SamplingSpec.from_params({"ignore_eos": True}).ignore_eos
 
 
 # ---- the server, as a plain object (Ray only forwards calls to it) ----
@@ -217,6 +229,25 @@ def test_server_batches_concurrent_requests(server):
     assert len(outputs) == 6 and all(1 <= len(o.token_ids) <= 8 and len(o.log_probs) == len(o.token_ids)
                                      for o in outputs)
     assert server.stats["batches"] == 1 and server.stats["sequences"] == 6
+
+
+def test_server_takes_ignore_eos_from_the_rollout_config(tiny_model_dir):
+    """rollout.ignore_eos=true reaches every request, as verl's vLLM server applies it (bench_trl's fixed lengths)."""
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.replica import RolloutMode
+
+    from training.cpu_backend.rollout import TransformersServer
+
+    prompt, greedy = list(range(5, 30)), {"temperature": 0, "logprobs": True}
+    lengths = []
+    for ignore_eos in (False, True):
+        config = RolloutConfig(name="transformers", prompt_length=256, response_length=8, max_model_len=264,
+                               max_num_seqs=64, ignore_eos=ignore_eos)
+        server = TransformersServer(config, HFModelConfig(path=str(tiny_model_dir)), 0, RolloutMode.HYBRID)
+        first = asyncio.run(server.generate(prompt, dict(greedy), "a")).token_ids[0]
+        server.eos_token_ids = {first}  # the first greedy token now ends the response, unless EOS is ignored
+        lengths.append(len(asyncio.run(server.generate(prompt, dict(greedy), "b")).token_ids))
+    assert lengths == [1, 8]
 
 
 def test_server_sleep_releases_weights_and_sync_restores_them(server):
