@@ -287,9 +287,10 @@ def report(result: dict) -> str:
     walls = ", ".join(f"{name} {result[name]['wall_s']:.0f} s" for name in [*arms, "trl"] if result.get(name, {}).get(
         "steps"))
     launch = ", ".join(f"{name} {fmt(result[name].get('first_rollout_s'), 1)} s" for name in arms)
+    fixed = " (every one that long: --fixed-length)" if "generation_kwargs" in s["config"] else ""
     head = (f"{result['model']}, {s['prompts']} prompts x {s['config']['num_generations']} samples, "
-            f"{s['config']['max_completion_length']}-token responses"
-            f"{' (every one that long: --fixed-length)' if 'generation_kwargs' in s['config'] else ''}, prompts <= {s['max_prompt_length']} tokens, "
+            f"{s['config']['max_completion_length']}-token responses{fixed}, "
+            f"prompts <= {s['max_prompt_length']} tokens, "
             f"{s['steps']} steps, fp32, {s['threads']} torch threads, TRL {result.get('trl', {}).get('trl')}; "
             f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after "
             f"({os.cpu_count()} cores). Wall (start-up included): {walls}. Launch -> first rollout: {launch}.")

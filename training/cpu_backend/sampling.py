@@ -74,8 +74,9 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
 
     Identical prompts (a GRPO group's n samples) are prefilled once and their KV cache rows repeated: prefill of
     ~300-token prompts dominates CPU generation. Each row stops at its first EOS token (never with
-    `spec.ignore_eos`) or at its own `max_new_tokens`; the batch stops when every row has. A row with a seed (`seeds[i]`, vLLM's per-request
-    `seed`) draws from its own generator, so its draws do not depend on the other rows; the others share `generator`.
+    `spec.ignore_eos`) or at its own `max_new_tokens`; the batch stops when every row has. A row with a seed
+    (`seeds[i]`, vLLM's per-request `seed`) draws from its own generator, so its draws do not depend on the other
+    rows; the others share `generator`.
     """
     device = next(model.parameters()).device
     unique = list(dict.fromkeys(tuple(p) for p in prompts))
