@@ -35,14 +35,30 @@ def step_metrics(log: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
+def logged_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    """{step: every number verl logged} from the run's `ckpt/logs/metrics.jsonl` (training/trainer/progress.py), the
+    last record of each step; {} when the run wrote none. Whole, unlike the console line, which Ray's log monitor
+    can cut in two."""
+    path = run_dir / "ckpt" / "logs" / "metrics.jsonl"
+    steps: dict[int, dict[str, float]] = {}
+    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+            steps[int(record["step"])] = {k: float(v) for k, v in record["data"].items()}
+        except (ValueError, KeyError, TypeError):  # a line cut by a killed run
+            continue
+    return steps
+
+
 def train_run(run: str, sequences: int):
     """A training stage whose run writes into `run` and samples `sequences` responses a step: per step the kept
-    metrics and the generation's tokens/s (response tokens / timing_s/gen), the checkpoint's step, and from the step
-    lines' arrival times the seconds from launch to the first rollout (step 1 starts with it)."""
+    metrics (from the run's metrics.jsonl; the console's step lines for a run from before it) and the generation's
+    tokens/s (response tokens / timing_s/gen), the checkpoint's step, and from the step lines' arrival times the
+    seconds from launch to the first rollout (step 1 starts with it)."""
 
     def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
         run_dir = stage_dir.parent / run
-        steps = step_metrics(log)
+        steps = logged_metrics(run_dir) or step_metrics(log)
         results: dict = {"steps": {}}
         for step, metrics in sorted(steps.items()):
             kept = {k: v for k, v in metrics.items() if KEPT.match(k)}

@@ -4,7 +4,8 @@
 
 Compared, times, rates and memory apart: the generation dumps (`generations/train` and `generations/val`, rows
 sorted, verl's random uids left out), the console's step records (`logs/progress.jsonl`, those both runs have: a
-resumed run's file holds its last process's), every TensorBoard scalar,
+resumed run's file holds its last process's), every number verl logged (`logs/metrics.jsonl`, the steps both runs have),
+every TensorBoard scalar,
 and the actor's weights at the latest common checkpoint, bitwise. Exit 0 when all agree, 1 when any differs (each
 difference is named). README "Reproducible runs" says what a CPU run repeats.
 """
@@ -36,6 +37,15 @@ def step_records(run: Path) -> dict[int, dict]:
         if row.get("kind") in ("step", "validation"):
             records[(row["kind"], row["step"])] = {k: v for k, v in row.items() if _kept(k)}
     return records
+
+
+def logged_numbers(run: Path) -> dict[int, dict]:
+    """{step: kept numbers} of `logs/metrics.jsonl` (training/trainer/progress.py), each step's last record."""
+    found, path = {}, run / "logs" / "metrics.jsonl"
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        record = json.loads(line)
+        found[record["step"]] = {k: v for k, v in record["data"].items() if _kept(k)}
+    return found
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
@@ -86,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     common = sorted(records_a.keys() & records_b.keys())  # a resumed run's file holds its last process's records
     differences += [f"progress.jsonl {kind} {step}" for kind, step in common
                     if records_a[(kind, step)] != records_b[(kind, step)]]
+    logged_a, logged_b = logged_numbers(a), logged_numbers(b)
+    logged = sorted(logged_a.keys() & logged_b.keys())
+    differences += [f"metrics.jsonl step {step}" for step in logged if logged_a[step] != logged_b[step]]
     scalars_a, scalars_b = scalars(a), scalars(b)
     differences += [f"tensorboard {tag}" for tag in sorted(scalars_a.keys() | scalars_b.keys())
                     if scalars_a.get(tag) != scalars_b.get(tag)]
@@ -98,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if not same:
             differences.append(f"actor weights at step {step}")
     print(f"dumps: {len(list((a / 'generations').rglob('*.jsonl')))} files; step records in both: {len(common)}; "
+          f"logged steps in both: {len(logged)}; "
           f"tensorboard: {len(scalars_a)} tags, {sum(map(len, scalars_a.values()))} points; {weights}")
     if differences:
         print(f"the runs differ in {len(differences)} places: {', '.join(differences[:12])}")

@@ -194,6 +194,28 @@ def test_verl_step_lines_give_phases_generation_speed_and_launch_to_first_rollou
     assert found["launch_to_first_rollout_s"] == 60.0 and found["launch_to_step_end_s"] == 65.0
 
 
+def test_a_runs_metrics_file_wins_over_its_console_lines(tmp_path):
+    """Step 1's console line cut in two (Ray's log monitor does that to a ~4 KiB line): the metrics come from
+    ckpt/logs/metrics.jsonl, whole; the marks still time the step lines."""
+    from training.trainer.progress import ProgressTracking
+
+    log = tmp_path / "log.txt"
+    log.write_text("(TaskRunner pid=1) step:1 - timing_s/gen:np.float64(2.0) - timing_s/st\n"
+                   "(TaskRunner pid=1) ep:5.0 - response_length/mean:100.0\n")
+    logs = tmp_path / "runs" / "r" / "ckpt" / "logs"
+
+    class Tracking:
+        def log(self, data, step, backend=None):
+            pass
+
+    ProgressTracking(Tracking(), logs, total_steps=1).log(
+        data={"timing_s/gen": 2.0, "timing_s/step": 5.0, "response_length/mean": 100.0, "env/reward": 0.25}, step=1)
+    found = results.train_run("runs/r", sequences=8)(tmp_path / "stage", log, {"step:1": 65.0})
+    assert found["steps"][1] == {"timing_s/gen": 2.0, "timing_s/step": 5.0, "response_length/mean": 100.0,
+                                 "env/reward": 0.25, "gen_tokens_per_s": 400.0}
+    assert found["launch_to_first_rollout_s"] == 60.0
+
+
 def test_the_evaluator_stage_reports_each_modes_overall_accuracy_and_speed(tmp_path):
     """Stage c2's row gives the numbers of the evaluator's own results.json (its first GPU run gave an empty row)."""
     from evaluation.metrics import aggregate

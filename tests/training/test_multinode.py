@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.test_train import PROMPTS, SAMPLES, step_metrics, train
+from tests.training.test_train import PROMPTS, SAMPLES, run_logs, step_metrics, train
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", "algorithm.rollout_correction.bypass_mode=false",
@@ -33,14 +33,14 @@ def test_two_node_cluster_trains_saves_resumes_and_exports(tmp_path, tiny_run, m
         first = train(tiny_run, tmp_path, "cpu", 2, *TWO_NODES)
         assert f"joining the Ray cluster at {cluster.address}: 2 node(s), 18 CPUs, 2 GPU slots" in first
         for step in (1, 2):
-            metrics = step_metrics(first, step)
+            metrics = step_metrics(run_logs(tmp_path), step)
             assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["training/rollout_probs_diff_mean"] < 1e-3
         actor = tmp_path / "ckpt" / "global_step_2" / "actor"
         assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
             "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
         resumed = train(tiny_run, tmp_path, "cpu", 3, *TWO_NODES, "trainer.save_freq=3")
         assert f"resuming {tmp_path / 'ckpt'} from step 2 of 3" in resumed and "step:1 - " not in resumed
-        assert step_metrics(resumed, 3)["env/samples"] == PROMPTS * SAMPLES
+        assert step_metrics(run_logs(tmp_path), 3)["env/samples"] == PROMPTS * SAMPLES
     finally:
         cluster.shutdown()
     export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(tmp_path / "ckpt"), str(tmp_path / "hf"),

@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from envs.mix import load_mix, mix_path
 from tests.training.grpo_by_hand import finite, group_advantages, on_policy_loss, overlong_reward
 from tests.training.shipped import BASELINE, CONFIGS, composed, step_settings
-from tests.training.test_train import PROMPTS, SAMPLES, step_metrics, train
+from tests.training.test_train import PROMPTS, SAMPLES, run_logs, step_metrics, train
 from training.launch.config import compose_config
 from utils import generation_viewer as viewer
 
@@ -215,7 +215,7 @@ def test_config_takes_real_grpo_steps(name, ray_address, varied_length_model, ti
     overrides = launch_overrides(name, settings, varied_length_model, tmp_path, tiny_run)
     output = train(tiny_run, tmp_path, "cpu", 1, *overrides, config=name)
     assert f"joining the Ray cluster at {ray_address}" in output
-    metrics = step_metrics(output, 1)
+    metrics = step_metrics(run_logs(tmp_path), 1)
     assert finite(metrics) == [] and metrics["env/samples"] == PROMPTS * SAMPLES and metrics["actor/grad_norm"] > 0
     cfg = compose_config(name, [*tiny_run, *overrides])  # the settings of the run, as trained
     rows = step_rows(tmp_path, 1)

@@ -40,19 +40,19 @@ def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *override
     return output
 
 
-def step_metrics(output: str, step: int) -> dict[str, float]:
-    """Parses verl's console line `step:N - key:value - ...` (the last one printed for that step)."""
-    lines = [line for line in output.splitlines() if re.search(rf"\bstep:{step} - ", line)]
-    assert lines, f"no metrics line for step {step}"
-    metrics = {}
-    for part in lines[-1].split(f"step:{step} - ", 1)[1].split(" - "):
-        key, _, value = part.rpartition(":")
-        number = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
-        try:
-            metrics[key] = float(number)
-        except ValueError:
-            pass
-    return metrics
+def step_metrics(logs: Path, step: int) -> dict[str, float]:
+    """Every number verl logged for `step`, from the run's `<logs>/metrics.jsonl` (training/trainer/progress.py), not
+    from verl's console line: Ray's log monitor can cut that line in two (CI of 21748d5 lost its last key so)."""
+    from training.trainer.progress import read_metrics
+
+    steps = read_metrics(logs)
+    assert step in steps, f"no metrics for step {step} in {logs}/metrics.jsonl (steps {sorted(steps)})"
+    return steps[step]
+
+
+def run_logs(run_dir: Path) -> Path:
+    """The logs folder of a run that `train` launched (env.logs_dir's default under trainer.default_local_dir)."""
+    return run_dir / "ckpt" / "logs"
 
 
 def expected_prompts(tokenizer, first: int, count: int) -> list[str]:
@@ -98,8 +98,8 @@ def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_t
     ckpt = run_dir / "ckpt"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     assert (ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
-    for step, output in ((1, first), (2, first), (3, resumed)):
-        metrics = step_metrics(output, step)
+    for step in (1, 2, 3):  # steps 1-2 of the first process, step 3 of the resumed one (the file is appended)
+        metrics = step_metrics(run_logs(run_dir), step)
         # bypass mode (the CPU default; a GPU run recomputes): the rollout's log-probs are the old ones, so the
         # first update's ratio to them is 1 exactly when rollout and actor agree
         if device == "cpu":
@@ -140,9 +140,10 @@ def test_one_seed_gives_one_run_resumed_or_not(trained, tiny_run, tmp_path):
     run_dir, first, resumed = trained
     if "cuda" in run_dir.name:
         pytest.skip("a GPU run repeats its seeds but not its batches' numbers (README)")
-    again = train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3")
-    for step, output in ((1, first), (2, first), (3, resumed)):
-        expected, got = reproducible(step_metrics(output, step)), reproducible(step_metrics(again, step))
+    train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3")
+    for step in (1, 2, 3):
+        expected = reproducible(step_metrics(run_logs(run_dir), step))
+        got = reproducible(step_metrics(run_logs(tmp_path), step))
         assert got == expected, {k: (expected.get(k), got.get(k)) for k in expected.keys() | got.keys()
                                  if expected.get(k) != got.get(k)}
         assert rollout_rows(tmp_path, step) == rollout_rows(run_dir, step)
@@ -243,13 +244,13 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
     """DAPO dynamic sampling refills dropped groups from the stream; the curriculum config trains alongside."""
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    output = train(tiny_run, tmp_path, device, 2, "algorithm.filter_groups.enable=true",
-                   "algorithm.filter_groups.max_num_gen_batches=20",
-                   f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
-                   "trainer.save_freq=-1", config="curriculum_spell_backward")
+    train(tiny_run, tmp_path, device, 2, "algorithm.filter_groups.enable=true",
+          "algorithm.filter_groups.max_num_gen_batches=20",
+          f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
+          "trainer.save_freq=-1", config="curriculum_spell_backward")
     dropped = 0.0
     for step in (1, 2):
-        metrics = step_metrics(output, step)
+        metrics = step_metrics(run_logs(tmp_path), step)
         assert metrics["env/zero_variance_groups"] == 0.0  # verl kept only groups with a signal
         assert metrics["sampling/dropped_read_failures"] == 0.0  # the groups verl dropped were read before clearing
         dropped += metrics["sampling/dropped_groups"]
@@ -265,12 +266,11 @@ def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
     """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank. (`extended`:
     test_multinode.py's run checks the same two ranks over gloo, bypass off, across two nodes.)"""
     # bypass off: the old log-probs are recomputed by the sharded actor and compared with the rollout's
-    output = train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
-                   "algorithm.rollout_correction.bypass_mode=false",
-                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-                   "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")
-    metrics = step_metrics(output, 1)
+    train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+          "algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")
+    metrics = step_metrics(run_logs(tmp_path), 1)
     assert metrics["training/rollout_probs_diff_mean"] < 1e-3 and metrics["env/samples"] == PROMPTS * SAMPLES
     actor = tmp_path / "ckpt" / "global_step_1" / "actor"
     assert sorted(p.name for p in actor.glob("model_world_size_*")) == [

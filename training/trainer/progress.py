@@ -4,16 +4,23 @@ verl logs every step's metrics through its `Tracking` object (`trainer.logger`),
 the driver, whose terminal the person watches, is another process. `ProgressTracking` wraps verl's Tracking: every
 `log()` still reaches verl's backends, and a few numbers of it are appended as one JSON line to
 `<env.logs_dir>/progress.jsonl`, which the driver reads. The trainer installs it where verl assigns `self.logger`.
+
+Every number of every `log()` also goes, whole, to `<env.logs_dir>/metrics.jsonl` (`{"step": N, "data": {...}}`,
+verl's file-logger shape, appended across resumes): the record to read a step's metrics from. verl's console line
+is a view: it reaches the driver through Ray's log monitor, which reads worker output line by line while it is being
+written, and can cut a line of ~4 KiB in two (CI of 21748d5 lost the last key of a step's line that way).
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import re
 import time
 from pathlib import Path
 
 PROGRESS_FILE = "progress.jsonl"
+METRICS_FILE = "metrics.jsonl"  # every logged number, by step (read with read_metrics)
 FAULT_FILE = "fault.json"  # the run's first fault (training/trainer/faults.py, watchdog.py, training/launch/guardian.py)
 HEARTBEAT_FILE = "heartbeat.json"  # the trainer's watchdog beats here; the guardian reads it
 STEP_KEYS = {  # console name -> verl / env metric
@@ -62,20 +69,42 @@ def append_event(path: Path, event: dict) -> None:
         out.write(json.dumps(event) + "\n")
 
 
-class ProgressTracking:
-    """verl's Tracking, plus one event line per step or validation in `path`. Everything else is delegated."""
+def metrics_record(data: dict, step: int) -> dict:
+    """The metrics.jsonl line of one `log()`: every number in `data` (numpy scalars as Python numbers), as verl's
+    console line keeps them."""
+    numbers_only = {key: value.item() if hasattr(value, "item") else value for key, value in data.items()
+                    if isinstance(value, numbers.Number)}
+    return {"step": int(step), "data": numbers_only}
 
-    def __init__(self, tracking, path: Path, total_steps: int):
-        self._tracking, self._path, self._total = tracking, Path(path), int(total_steps)
+
+def read_metrics(logs: Path) -> dict[int, dict[str, float]]:
+    """{step: metrics} from `<logs>/metrics.jsonl`; of a step logged twice (taken again after a resume from an earlier
+    checkpoint) the last record."""
+    steps: dict[int, dict[str, float]] = {}
+    path = Path(logs) / METRICS_FILE
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        record = json.loads(line)
+        steps[record["step"]] = record["data"]
+    return steps
+
+
+class ProgressTracking:
+    """verl's Tracking, plus one event line per step or validation in `progress`, and every number in `metrics`.
+    Everything else is delegated."""
+
+    def __init__(self, tracking, logs: Path, total_steps: int):
+        self._tracking, self._total = tracking, int(total_steps)
+        self._progress, self._metrics = Path(logs) / PROGRESS_FILE, Path(logs) / METRICS_FILE
 
     def log(self, data, step, backend=None):
         self._tracking.log(data=data, step=step, backend=backend)
         if backend is None:
             try:
+                append_event(self._metrics, metrics_record(data, step))
                 event = progress_event(data, step, self._total)
                 if event:
-                    append_event(self._path, event)
-            except (OSError, TypeError, ValueError):  # the console is a view: training goes on without it
+                    append_event(self._progress, event)
+            except (OSError, TypeError, ValueError):  # a view and a record: training goes on without them
                 pass
 
     def __getattr__(self, name):

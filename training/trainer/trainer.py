@@ -175,23 +175,24 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         return lambda count: ray.get(servers[0].expect.remote(count))
 
     # The console (training/launch/console.py) follows the run through <env.logs_dir>/progress.jsonl: verl's Tracking,
-    # assigned to self.logger in fit(), is wrapped to append each step's numbers; the hooks add the phases.
+    # assigned to self.logger in fit(), is wrapped to append each step's numbers (and all of them to metrics.jsonl);
+    # the hooks add the phases.
     @property
     def logger(self):
         return self.__dict__.get("_tracking")
 
     @logger.setter
     def logger(self, tracking):
-        self.__dict__["_tracking"] = ProgressTracking(tracking, self._progress_path(), self.total_training_steps)
+        self.__dict__["_tracking"] = ProgressTracking(tracking, self._logs_dir(), self.total_training_steps)
 
-    def _progress_path(self):
+    def _logs_dir(self):
         from pathlib import Path
 
-        return Path(str(self.config.env.get("logs_dir") or "logs")) / PROGRESS_FILE
+        return Path(str(self.config.env.get("logs_dir") or "logs"))
 
     def _progress(self, kind: str, **fields) -> None:
         try:
-            append_event(self._progress_path(), {"kind": kind, "step": int(getattr(self, "global_steps", 0)),
+            append_event(self._logs_dir() / PROGRESS_FILE, {"kind": kind, "step": int(getattr(self, "global_steps", 0)),
                                                  "total": int(self.total_training_steps), "time": time.time(),
                                                  **fields})
         except OSError:

@@ -115,6 +115,38 @@ def test_progress_events_carry_the_step_line_and_validation():
     assert progress_event({"actor/lr": 1e-5}, step=1, total=10) is None
 
 
+def test_every_logged_number_is_kept_whole_in_metrics_jsonl_across_a_resume(tmp_path):
+    """metrics.jsonl holds every number verl logs, exactly, however long the step's console line: the console line
+    reaches the driver through Ray's log monitor, which can cut it (CI of 21748d5 lost a step's last key that way)."""
+    import numpy as np
+
+    from training.trainer.progress import ProgressTracking, read_metrics
+
+    class Tracking:  # verl's Tracking's interface: log(data=, step=, backend=)
+        def __init__(self):
+            self.logged = []
+
+        def log(self, data, step, backend=None):
+            self.logged.append((step, data))
+
+    data = {f"training/metric_{i:03d}/min": np.float64(i / 3) for i in range(200)}  # a ~6 KiB console line
+    data.update({"training/off_policy/trajectory_staleness_worst/min": np.int64(0), "note": "text",
+                 "tensor": object()})
+    verl = Tracking()
+    first = ProgressTracking(verl, tmp_path, total_steps=3)
+    first.log(data={**data, "timing_s/step": 1.0}, step=1)
+    first.log(data={"actor/lr": 1e-5}, step=2)
+    assert len(verl.logged) == 2  # verl's backends still get every call
+    resumed = ProgressTracking(Tracking(), tmp_path, total_steps=3)  # a new process appends; step 2 taken again
+    resumed.log(data={"actor/lr": 2e-5}, step=2)
+    steps = read_metrics(tmp_path)
+    assert sorted(steps) == [1, 2] and steps[2] == {"actor/lr": 2e-5}
+    assert steps[1]["training/metric_199/min"] == 199 / 3 and steps[1]["timing_s/step"] == 1.0
+    assert steps[1]["training/off_policy/trajectory_staleness_worst/min"] == 0
+    assert "note" not in steps[1] and "tensor" not in steps[1]  # numbers only, as verl's console line
+    assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 1  # the console's view: the step line
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
