@@ -6,6 +6,11 @@ paired bootstrap over the items both runs answered (each item's mean accuracy ov
 the same questions for both models, so item difficulty cancels. A change is "resolved" when the interval excludes 0.
 Runs scored or sampled differently (reward options, system prompt, temperature, ...) are refused: their accuracies
 measure different things.
+
+Beside the overall row, `beyond_prior` pools the tasks that one answer repeated cannot carry: those whose most common
+gold answer is right on at most PRIOR_FREE_MAX_SHARE of their items (a property of the suite, fixed before any model
+answers). On letter counts "1" is right on 83%: a model that learns to answer "1" gains there without reading a
+question, and such a gain is an answer prior, not skill.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from evaluation.report import fmt, load_results
 from evaluation.store import atomic_write
 
 PAIRED_RESAMPLES = 2000
+PRIOR_FREE_MAX_SHARE = 0.25  # a task is free of a one-answer prior when no single answer is right on more of its items
 # run settings that decide what an accuracy means; base and trained must agree on all of them
 SCORING_KEYS = ("reward", "system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
                 "sampling.n")
@@ -116,16 +122,36 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
         return out
 
     a, b = base["overall"]["accuracy"], trained["overall"]["accuracy"]
+    tasks = rows("tasks", lambda i: i.rsplit("/", 1)[0])
+    free = {row["key"] for row in tasks if row["common_answer"] is not None
+            and row["common_answer"] <= PRIOR_FREE_MAX_SHARE}
+    members = [i for i in common if i.rsplit("/", 1)[0] in free]
+    item_mean = (lambda acc: sum(acc[i] for i in members) / len(members)) if members else (lambda acc: None)
+    beyond = paired({"key": "beyond prior", "base": item_mean(acc_a), "trained": item_mean(acc_b),
+                     "tasks": [row["key"] for row in tasks if row["key"] in free],
+                     "set_apart": {row["key"]: row["common_answer"] for row in tasks if row["key"] not in free},
+                     "max_share": PRIOR_FREE_MAX_SHARE}, members)
+    beyond["delta"] = beyond["paired_delta"]
     return {"labels": list(labels), "models": [base["run"]["model"], trained["run"]["model"]],
             "scoring": {key: _setting(base["run"], key) for key in SCORING_KEYS},
-            "tasks": rows("tasks", lambda i: i.rsplit("/", 1)[0]), "groups": rows("groups", lambda i: i.split("/")[0]),
+            "tasks": tasks, "groups": rows("groups", lambda i: i.split("/")[0]),
             "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b),
                                "common_answer": _common_answer(trained["overall"], base["overall"]),
-                               "repeated_answer": _repeated(trained["overall"])}, common)}
+                               "repeated_answer": _repeated(trained["overall"])}, common),
+            "beyond_prior": beyond}
+
+
+def beyond_prior_text(row: dict) -> str:
+    """What the beyond-prior row pools, in words (the rule and the tasks on each side)."""
+    apart = ", ".join(f"{key} {share:.0%}" if share is not None else f"{key} (no gold answers)"
+                      for key, share in row["set_apart"].items())
+    return (f"tasks whose most common gold answer is right on at most {row['max_share']:.0%} of their items, so that "
+            f"no answer repeated can carry them: {', '.join(row['tasks']) or 'none in this suite'}"
+            + (f"; set apart: {apart}" if apart else ""))
 
 
 def comparison_markdown(cmp: dict) -> str:
-    """Two tables (groups, then tasks) with signed deltas."""
+    """Tables of groups, tasks and the beyond-prior pool, with signed deltas."""
     la, lb = cmp["labels"]
 
     def table(title: str, rows: list[dict]) -> list[str]:
@@ -145,6 +171,10 @@ def comparison_markdown(cmp: dict) -> str:
             "answer (exact match); repeated answer: the share of the trained model's responses that give its most "
             "frequent answer for the task. Both high: the model may have learned one answer, not the task", ""]
     body = table("Category", cmp["groups"] + [cmp["overall"]]) + table("Task", cmp["tasks"])
+    beyond = cmp.get("beyond_prior")
+    if beyond:  # a comparison written before the split has none
+        body += ["### Beyond an answer prior", "", f"Pooled over the {beyond_prior_text(beyond)}.", "",
+                 *table("Pool", [beyond])[2:]]
     return "\n".join(head + body)
 
 
@@ -233,6 +263,7 @@ def summary_lines(cmps: dict[str | None, dict]) -> list[str]:
             f"sampled (T={sc.get('sampling.temperature')}, {sc.get('sampling.n')} samples per item)"
         lines.append(f"{label}: {cmp['labels'][0]} -> {cmp['labels'][1]}, delta, paired 95% interval")
         rows = cmp["groups"] + ([cmp["overall"]] if len(cmp["groups"]) > 1 else [])
+        rows += [cmp["beyond_prior"]] if cmp.get("beyond_prior", {}).get("paired_items") else []
         for r in rows:
             delta = "-" if r.get("paired_delta") is None else f"{r['paired_delta']:+.3f}"
             lines.append(f"  {r['key']:<10} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "

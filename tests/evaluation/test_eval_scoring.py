@@ -129,3 +129,38 @@ def test_paired_interval_resolves_a_real_change_and_not_noise():
     with pytest.raises(NotComparable, match="sampling.temperature: base 0.0 vs trained 1.0"):
         compare_results(_results(base), _results(better, sampling={"temperature": 1.0, "top_p": 1.0,
                                                                    "max_tokens": 8, "n": 1}))
+
+
+def _answered(golds: dict[str, list[str]], preds: dict[str, list[str]]) -> dict:
+    """results.json as evaluation.runner writes it, from one greedy answer per item (evaluation.metrics.aggregate)."""
+    from evaluation.metrics import aggregate, item_accuracy
+
+    records = [{"item_id": f"g/{task}/{k:05d}", "group": "g", "task_key": task, "task": task, "sample": 0,
+                "answer": gold, "pred": pred, "accuracy": float(gold == pred), "score": float(gold == pred)}
+               for task in golds for k, (gold, pred) in enumerate(zip(golds[task], preds[task]))]
+    results = aggregate(records, [1], {}, resamples=10)
+    results["item_accuracy"] = item_accuracy(records)
+    return {"run": {"model": "m", "reward": {}, "system_prompt": "p",
+                    "sampling": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "n": 1}}, **results}
+
+
+def test_the_beyond_prior_pool_leaves_out_a_task_one_answer_carries():
+    """Letter counts, where "1" is right on 83%: a model that learns to answer "1" gains +0.83 there, and the overall
+    change is resolved; the pool of the tasks no answer repeated can carry (sums, answers spread) says what changed
+    beyond that prior, before and after the sums improve."""
+    counts = ["1"] * 249 + ["2"] * 51  # 0.83
+    sums = [str(k % 19) for k in range(300)]  # no answer on more than 6% of the items
+    base = _answered({"counts": counts, "sums": sums}, {"counts": ["0"] * 300, "sums": sums[:90] + ["x"] * 210})
+    prior = _answered({"counts": counts, "sums": sums}, {"counts": ["1"] * 300, "sums": sums[:90] + ["x"] * 210})
+    cmp = compare_results(base, prior)
+    assert cmp["overall"]["verdict"] == "better (resolved)"
+    beyond = cmp["beyond_prior"]
+    assert beyond["tasks"] == ["g/sums"] and beyond["set_apart"] == {"g/counts": 0.83}
+    assert beyond["paired_items"] == 300 and beyond["base"] == beyond["trained"] == 0.3
+    assert beyond["verdict"] == "not resolved"
+    markdown = comparison_markdown(cmp)
+    assert "### Beyond an answer prior" in markdown and "set apart: g/counts 83%" in markdown
+    assert "| beyond prior | 0.300 | 0.300 | +0.000 |" in markdown
+    skill = _answered({"counts": counts, "sums": sums}, {"counts": ["1"] * 300, "sums": sums[:150] + ["x"] * 150})
+    beyond = compare_results(base, skill)["beyond_prior"]
+    assert beyond["paired_delta"] == pytest.approx(0.2) and beyond["verdict"] == "better (resolved)"

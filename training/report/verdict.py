@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.compare import interval_text
+from evaluation.compare import interval_text, verdict
 from evaluation.report import fmt
 from training.report.report import ALL, RunData, with_all, write_atomic
 
@@ -28,18 +28,44 @@ def decided(cmps: dict[str | None, dict]) -> tuple[str, dict] | None:
 
 
 def verdict_sentence(cmps: dict[str | None, dict]) -> str:
-    """One sentence: better / worse / not resolved on held-out questions, with the numbers that decide it."""
+    """One sentence: better / worse / not resolved on held-out questions, with the numbers that decide it. What decides
+    is the change beyond an answer prior (evaluation.compare's `beyond_prior`: the tasks no answer repeated can carry);
+    "Training helped" is said only where that change is resolved better. The overall change is given beside it."""
     chosen = decided(cmps)
     if chosen is None:
         return "No held-out comparison was found, so nothing can be said about what training changed."
     mode, cmp = chosen
-    row = cmp["overall"]
-    numbers = (f"held-out {mode} accuracy went from {fmt(row['base'])} to {fmt(row['trained'])} over "
-               f"{row.get('paired_items', 0)} items (paired change {_signed(row.get('paired_delta'))}, 95% interval "
-               f"{interval_text(row)})")
-    ci = row.get("ci95")
-    if not ci:
-        return f"No paired items: {numbers}."
+    row, beyond = cmp["overall"], cmp.get("beyond_prior")
+    overall = _numbers(row, f"held-out {mode} accuracy")
+    if not row.get("ci95"):
+        return f"No paired items: {overall}."
+    if beyond is None:  # a comparison written before the split: the overall change alone
+        return _overall_sentence(row, overall)
+    if not beyond.get("ci95"):
+        return (f"Not resolved beyond an answer prior: {overall} ({verdict(row['ci95'])}), but no task of this suite "
+                f"has its most common answer right on at most {beyond['max_share']:.0%} of its items, so skill cannot "
+                "be told from an answer repeated.")
+    pool = _numbers(beyond, f"on the tasks no answer repeated can carry ({', '.join(beyond['tasks'])}), {mode} "
+                            "accuracy")
+    across = f"{_signed(row.get('paired_delta'))} {interval_text(row)} over all {row.get('paired_items', 0)} items"
+    if beyond["ci95"][0] > 0:
+        return f"Training helped: {pool}, a resolved improvement ({across})."
+    if beyond["ci95"][1] < 0:
+        return f"Training hurt: {pool}, a resolved decline ({across})."
+    if row["ci95"][0] > 0:
+        return (f"Not resolved beyond an answer prior: held-out {mode} accuracy rose {across}, but {pool}; that "
+                "interval includes zero, so the gain may be answers the model repeats rather than tasks it learned.")
+    return (f"Not resolved: {pool}; the interval includes zero ({across}), so this run cannot "
+            "tell better from worse.")
+
+
+def _numbers(row: dict, what: str) -> str:
+    return (f"{what} went from {fmt(row['base'])} to {fmt(row['trained'])} over {row.get('paired_items', 0)} items "
+            f"(paired change {_signed(row.get('paired_delta'))}, 95% interval {interval_text(row)})")
+
+
+def _overall_sentence(row: dict, numbers: str) -> str:
+    ci = row["ci95"]
     if ci[0] > 0:
         return f"Training helped: {numbers}, a resolved improvement."
     if ci[1] < 0:
@@ -124,6 +150,8 @@ def _draw_validation(ax, data: RunData) -> None:
 
 def _draw_heldout(ax, mode: str, cmp: dict) -> None:
     rows = [*cmp["groups"], cmp["overall"]] if len(cmp["groups"]) > 1 else [cmp["overall"]]
+    if (cmp.get("beyond_prior") or {}).get("ci95"):  # the row the verdict decides on
+        rows.append(cmp["beyond_prior"])
     labels = cmp["labels"]
     for y, row in enumerate(rows):
         base, trained = row["base"] or 0.0, row["trained"] or 0.0

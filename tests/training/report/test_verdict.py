@@ -25,6 +25,36 @@ def test_the_sentence_says_what_the_interval_decides():
     assert verdict_sentence({}).startswith("No held-out comparison")
 
 
+def with_beyond_prior(cmp: dict, base: float, trained: float, ci: tuple[float, float] | None) -> dict:
+    cmp["beyond_prior"] = {"key": "beyond prior", "base": base, "trained": trained, "paired_items": 300,
+                           "paired_delta": None if ci is None else trained - base, "ci95": list(ci) if ci else None,
+                           "tasks": ["in_mix/chain_sum", "in_mix/basic_arithmetic"] if ci else [],
+                           "set_apart": {"in_mix/letter_counting": 0.827}, "max_share": 0.25}
+    return cmp
+
+
+def test_training_helped_only_where_the_tasks_no_answer_carries_improved():
+    """Overall resolved better (quickstart seed 0: +0.217) with the letter counts' "1" in it: the sentence decides on
+    the pool of tasks no answer repeated can carry, and gives the overall change beside it."""
+    gain = comparison(0.278, 0.495, (0.174, 0.260))
+    prior = verdict_sentence({None: with_beyond_prior(gain, 0.30, 0.36, (-0.01, 0.13))})
+    assert prior.startswith("Not resolved beyond an answer prior: held-out greedy accuracy rose +0.217 [+0.174, "
+                            "+0.260] over all 450 items, but on the tasks no answer repeated can carry (in_mix/chain_sum, "
+                            "in_mix/basic_arithmetic), greedy accuracy went from 0.300 to 0.360 over 300 items")
+    assert "Training helped" not in prior and prior.count(". ") == 0
+    helped = verdict_sentence({None: with_beyond_prior(gain, 0.30, 0.37, (0.02, 0.12))})
+    assert helped.startswith("Training helped: on the tasks no answer repeated can carry (in_mix/chain_sum, "
+                             "in_mix/basic_arithmetic), greedy accuracy went from 0.300 to 0.370")
+    assert helped.endswith("a resolved improvement (+0.217 [+0.174, +0.260] over all 450 items).")
+    hurt = verdict_sentence({None: with_beyond_prior(gain, 0.30, 0.22, (-0.13, -0.03))})
+    assert hurt.startswith("Training hurt: on the tasks")
+    flat = verdict_sentence({None: with_beyond_prior(comparison(0.30, 0.31, (-0.02, 0.04)), 0.3, 0.3, (-0.03, 0.03))})
+    assert flat.startswith("Not resolved: on the tasks")
+    none = verdict_sentence({None: with_beyond_prior(gain, None, None, None)})
+    assert none.startswith("Not resolved beyond an answer prior: held-out greedy accuracy went from 0.278 to 0.495")
+    assert "no task of this suite has its most common answer right on at most 25%" in none
+
+
 def test_a_gain_from_one_repeated_answer_is_named():
     """Quickstart seeds 1 and 3: letter counts 0.000 -> 0.780 / 0.680, answering "1" to 143 / 128 of 150 items,
     where "1" is right on 124 (0.827)."""
@@ -55,6 +85,8 @@ def test_summary_png_draws_with_and_without_validation(tmp_path):
                   10: {"chain_sum": means(0.4), "letter_counting": means(0.3)}}
     for name, data in (("with.png", RunData(run_dir=tmp_path, validation=validation)),
                        ("without.png", RunData(run_dir=tmp_path))):
-        path = plot_summary(data, {None: comparison(0.3, 0.36, (0.02, 0.09))}, tmp_path / name)
+        cmp = with_beyond_prior(comparison(0.3, 0.36, (0.02, 0.09)), 0.30, 0.33, (-0.01, 0.07))
+        path = plot_summary(data, {None: cmp if name == "with.png" else comparison(0.3, 0.36, (0.02, 0.09))},
+                            tmp_path / name)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["with.png", "without.png"]  # nothing else left
