@@ -147,23 +147,27 @@ def mode_configs(cfg) -> list[tuple[str | None, object]]:
     return [(mode, greedy if mode == "greedy" else cfg) for mode in cfg.modes]
 
 
-def evaluate(cfg, out_dir: str, cache: bool) -> dict:
-    """One evaluation into out_dir; with `cache`, generated in the cache folder of its fingerprint and copied."""
+def evaluate(cfg, out_dir: str, cache: bool, backend=None) -> dict:
+    """One evaluation into out_dir; with `cache`, generated in the cache folder of its key and copied. The key hashes
+    evaluation.runner.cache_spec (suite, sampling, scoring, backend, the model's files), written beside the results
+    as cache_key.json, so that a cached result is one of exactly this evaluation."""
     from evaluation.runner import run_evaluation
 
     if not cache:
-        return run_evaluation(cfg, out_dir)
+        return run_evaluation(cfg, out_dir, backend)
     import hashlib
     import json
     import shutil
 
-    from evaluation.runner import fingerprint
+    from evaluation.runner import cache_spec
+    from evaluation.store import atomic_write
     from utils.offline_models import default_cache_dir
 
-    key = hashlib.sha256(json.dumps([fingerprint(cfg)["hash"], cfg.sampling.n, cfg.pass_k]).encode()).hexdigest()[:16]
-    cached = default_cache_dir() / "eval" / key
+    spec = json.dumps(cache_spec(cfg), sort_keys=True, indent=1)
+    cached = default_cache_dir() / "eval" / hashlib.sha256(spec.encode()).hexdigest()[:16]
     print(f"cache {cached}" + (" (hit)" if (cached / "results.json").is_file() else ""))
-    results = run_evaluation(cfg, str(cached))
+    atomic_write(str(cached / "cache_key.json"), spec)
+    results = run_evaluation(cfg, str(cached), backend)
     shutil.copytree(cached, out_dir, dirs_exist_ok=True)
     return results
 

@@ -44,6 +44,29 @@ def scoring_options(cfg: EvalConfig) -> dict:
     return options
 
 
+def model_files(path: str) -> dict[str, list[int]] | None:
+    """{relative name: [size, mtime_ns]} of every file in a local model folder (a re-export to the same path changes
+    them); None for a hub name or a served model, which the path alone names."""
+    if not path or not os.path.isdir(path):
+        return None
+    found = {}
+    for root, _, names in os.walk(path):
+        for name in names:
+            stat = os.stat(os.path.join(root, name))
+            found[os.path.relpath(os.path.join(root, name), path)] = [stat.st_size, stat.st_mtime_ns]
+    return dict(sorted(found.items()))
+
+
+def cache_spec(cfg: EvalConfig) -> dict:
+    """What an evaluation's results depend on, for a cache that must never serve another's: the suite, sampling and
+    prompt (`fingerprint`), samples and pass@k, every scoring option (defaults included), how the model runs (backend,
+    dtype) and which model, down to its files' sizes and times."""
+    return {"records": fingerprint(cfg)["spec"], "n": cfg.sampling.n, "pass_k": list(cfg.pass_k),
+            "scoring": scoring_options(cfg), "backend": cfg.model.backend, "dtype": cfg.model.dtype,
+            "endpoint": cfg.model.base_url if cfg.model.backend == "openai" else None,
+            "model_files": model_files(cfg.model.path)}
+
+
 def check_run_file(cfg: EvalConfig, out_dir: str) -> None:
     """Write run.json on the first run; on a rerun, refuse a different model / sampling / prompt / suite."""
     path = os.path.join(out_dir, "run.json")

@@ -121,6 +121,34 @@ def test_resume_after_killed_run(tiny_model_dir, tmp_path):
     assert results["run"]["generated_samples"] == total - len(before) and results["run"]["complete"]
 
 
+def test_the_base_evaluation_cache_serves_only_the_same_suite_model_files_and_scoring(tmp_path, monkeypatch, capsys):
+    """`--cache` (the pipeline's base-model evaluation): a second evaluation of the same model, suite and scoring is a
+    hit; another suite, a model folder whose files changed (a re-export to the same path) or another scoring option
+    is a miss, each in its own folder, and the key's parts are written beside the results."""
+    from evaluation.evaluate_model import evaluate
+
+    monkeypatch.setenv("RG_GRPO_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    overrides = [f"model.path={model}", "sampling.n=1", "pass_k=[1]", "suite.size=2", "suite.composites.mixed.size=2"]
+
+    def cached(*more: str) -> str:
+        cfg = load_config(SMOKE, [*overrides, *more])
+        evaluate(cfg, str(tmp_path / "out"), cache=True, backend=ScriptedBackend(build_suite(cfg)))
+        return capsys.readouterr().out.splitlines()[0]
+
+    first = cached()
+    assert first.startswith(f"cache {tmp_path / 'cache' / 'eval'}") and "(hit)" not in first
+    assert cached() == first + " (hit)"
+    key = json.loads((Path(first.split()[1]) / "cache_key.json").read_text())
+    assert key["model_files"]["config.json"][0] == len('{"hidden_size": 8}') and key["scoring"]
+    misses = [cached("suite.size=3"), cached("reward.partial_credit=true")]
+    (model / "config.json").write_text('{"hidden_size": 16}')
+    misses.append(cached())
+    assert all("(hit)" not in line for line in misses) and len({first, *misses}) == 4
+
+
 def test_comparison_of_two_runs(tmp_path):
     cfg = load_config(SMOKE, ["model.path=base", "sampling.n=2", "pass_k=[1]"])
     run_evaluation(cfg, str(tmp_path / "base"), backend=ScriptedBackend(build_suite(cfg)))
