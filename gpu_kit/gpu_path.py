@@ -7,6 +7,8 @@ b  2 GRPO steps + a checkpoint, then a resumed process for step 3, on the tiny m
 c  the SmolLM2 checkpoint exported to Hugging Face, and the vLLM evaluator on the export
 d  the timing: the SmolLM2 run's phases, generation tokens/s and launch -> first rollout (from b3), against vLLM
    alone on the same prompts with the same sampling
+f  make quickstart's job (training.pipeline: train, export, the vLLM evaluator on base and trained, the verdict),
+   each phase timed: run before e, whose tests take minutes
 e  the tests marked `gpu`
 The vLLM rollout on CUDA is the configs' own (`actor_rollout_ref.rollout.name: vllm` in configs/base/grpo.yaml).
 """
@@ -102,6 +104,12 @@ def build_stages() -> list[Stage]:
               needs=("b3_smollm2_train",),
               check=["{kit}", "-m", "gpu_kit.vllm_alone", "--help"],
               collect=results.json_file("d_vllm_alone/vllm_alone.json")),
+        Stage("f_quickstart", "make quickstart's job on CUDA, timed: 20 steps, export, the vLLM evaluator on base "
+              "and trained (greedy, the base cached), the comparison and its verdict",
+              ["{kit}", "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", "{out}/runs/quickstart",
+               "--eval-backend", "vllm", "--eval-override", "decoding=[greedy]", "trainer.device=cuda"],
+              estimate_s=480, needs=("install_core",), compose=("quickstart", ["trainer.device=cuda"]), cleanup=RAY_STOP,
+              check=["{kit}", "-m", "training.pipeline", "--help"], collect=results.pipeline_run("runs/quickstart")),
         Stage("e_gpu_tests", f"pytest -m gpu ({', '.join(tests)})",
               [*pytest, "--junitxml", "{out}/e_gpu_tests/junit.xml", *tests], estimate_s=480, needs=("install_core",),
               check=[*pytest, "--collect-only", "-q", *tests], cleanup=RAY_STOP,

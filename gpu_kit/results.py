@@ -108,6 +108,29 @@ def evaluation(output_dir: str):
     return collect
 
 
+def pipeline_run(run: str):
+    """`python -m training.pipeline`'s run folder: each stage's seconds (RUN/stages/*.json), the decided comparison's
+    overall and beyond-prior rows (RUN/eval/compare), and the verdict sentence from the log."""
+
+    def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
+        run_dir = stage_dir.parent / run
+        seconds = {path.stem: round(json.loads(path.read_text())["seconds"], 1)
+                   for path in sorted((run_dir / "stages").glob("*.json"))}
+        rows = {}
+        for path in sorted((run_dir / "eval" / "compare").rglob("comparison.json")):
+            cmp = json.loads(path.read_text())
+            rows[str(path.parent.relative_to(run_dir / "eval" / "compare")) or "."] = {
+                name: {k: (cmp.get(name) or {}).get(k) for k in ("base", "trained", "paired_items", "paired_delta",
+                                                                 "ci95", "verdict")}
+                for name in ("overall", "beyond_prior")}
+        verdicts = [line.split("[pipeline] verdict: ", 1)[1] for line in log.read_text(errors="replace").splitlines()
+                    if "[pipeline] verdict: " in line]
+        return {"stage_seconds": seconds, "to_verdict_s": round(sum(seconds.values()), 1), "comparisons": rows,
+                "verdict": verdicts[-1] if verdicts else None}
+
+    return collect
+
+
 def json_file(name: str):
     def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
         path = stage_dir.parent / name

@@ -216,6 +216,26 @@ def test_a_runs_metrics_file_wins_over_its_console_lines(tmp_path):
     assert found["launch_to_first_rollout_s"] == 60.0
 
 
+def test_the_quickstart_stage_reports_each_phases_seconds_and_the_verdict(tmp_path):
+    """Stage f_quickstart's record: the pipeline's stage records' seconds, the comparison's overall and beyond-prior
+    rows, and the verdict sentence it printed."""
+    run = tmp_path / "runs" / "quickstart"
+    (run / "stages").mkdir(parents=True)
+    for stage, seconds in (("train", 301.25), ("export", 12.0), ("eval-base", 40.0)):
+        (run / "stages" / f"{stage}.json").write_text(json.dumps({"cmd": [], "key": {}, "seconds": seconds}))
+    (run / "eval" / "compare" / "greedy").mkdir(parents=True)
+    row = {"base": 0.3, "trained": 0.4, "paired_items": 400, "paired_delta": 0.1, "ci95": [0.05, 0.15],
+           "verdict": "better (resolved)"}
+    (run / "eval" / "compare" / "greedy" / "comparison.json").write_text(
+        json.dumps({"overall": row, "beyond_prior": {**row, "tasks": ["in_mix/chain_sum"]}}))
+    log = tmp_path / "log.txt"
+    log.write_text("[pipeline] compare: finished in 3 s\n[pipeline] verdict: Training helped: on the tasks ...\n")
+    found = results.pipeline_run("runs/quickstart")(tmp_path / "f_quickstart", log, {})
+    assert found["stage_seconds"] == {"eval-base": 40.0, "export": 12.0, "train": 301.2}
+    assert found["to_verdict_s"] == 353.2 and found["verdict"] == "Training helped: on the tasks ..."
+    assert found["comparisons"]["greedy"]["beyond_prior"] == row
+
+
 def test_the_evaluator_stage_reports_each_modes_overall_accuracy_and_speed(tmp_path):
     """Stage c2's row gives the numbers of the evaluator's own results.json (its first GPU run gave an empty row)."""
     from evaluation.metrics import aggregate
@@ -291,7 +311,7 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
     assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2"}  # not resumes
     assert ids == ["a_machine", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
-                   "e_gpu_tests"]
+                   "f_quickstart", "e_gpu_tests"]
 
 
 @pytest.mark.slow
