@@ -266,7 +266,7 @@ def summary_lines(cmps: dict[str | None, dict]) -> list[str]:
         rows += [cmp["beyond_prior"]] if cmp.get("beyond_prior", {}).get("paired_items") else []
         for r in rows:
             delta = "-" if r.get("paired_delta") is None else f"{r['paired_delta']:+.3f}"
-            lines.append(f"  {r['key']:<10} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "
+            lines.append(f"  {r['key']:<12} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "
                          f"{r.get('verdict', '-')}")
     return lines
 
