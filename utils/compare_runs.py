@@ -43,7 +43,10 @@ def logged_numbers(run: Path) -> dict[int, dict]:
     """{step: kept numbers} of `logs/metrics.jsonl` (training/trainer/progress.py), each step's last record."""
     found, path = {}, run / "logs" / "metrics.jsonl"
     for line in (path.read_text().splitlines() if path.is_file() else []):
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by a killed process (training.trainer.progress.read_metrics skips it too)
+            continue
         found[record["step"]] = {k: v for k, v in record["data"].items() if _kept(k)}
     return found
 

@@ -39,8 +39,8 @@ def verdict_sentence(cmps: dict[str | None, dict]) -> str:
     overall = _numbers(row, f"held-out {mode} accuracy")
     if not row.get("ci95"):
         return f"No paired items: {overall}."
-    if beyond is None:  # a comparison written before the split: the overall change alone
-        return _overall_sentence(row, overall)
+    if beyond is None or not beyond["tasks"] and all(v is None for v in beyond["set_apart"].values()):
+        return _overall_sentence(row, overall)  # written before the split, or no task has gold answers to count
     if not beyond.get("ci95"):
         return (f"Not resolved beyond an answer prior: {overall} ({verdict(row['ci95'])}), but no task of this suite "
                 f"has its most common answer right on at most {beyond['max_share']:.0%} of its items, so skill cannot "

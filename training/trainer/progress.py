@@ -83,7 +83,10 @@ def read_metrics(logs: Path) -> dict[int, dict[str, float]]:
     steps: dict[int, dict[str, float]] = {}
     path = Path(logs) / METRICS_FILE
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by a killed process
+            continue
         steps[record["step"]] = record["data"]
     return steps
 
@@ -95,6 +98,12 @@ class ProgressTracking:
     def __init__(self, tracking, logs: Path, total_steps: int):
         self._tracking, self._total = tracking, int(total_steps)
         self._progress, self._metrics = Path(logs) / PROGRESS_FILE, Path(logs) / METRICS_FILE
+        try:  # a killed process may have left half a line: the resumed run's records start on a line of their own
+            with open(self._metrics, "rb+") as record:
+                if record.seek(0, 2) and (record.seek(-1, 2), record.read(1))[1] != b"\n":
+                    record.write(b"\n")
+        except OSError:
+            pass
 
     def log(self, data, step, backend=None):
         self._tracking.log(data=data, step=step, backend=backend)

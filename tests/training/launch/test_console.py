@@ -137,6 +137,8 @@ def test_every_logged_number_is_kept_whole_in_metrics_jsonl_across_a_resume(tmp_
     first.log(data={**data, "timing_s/step": 1.0}, step=1)
     first.log(data={"actor/lr": 1e-5}, step=2)
     assert len(verl.logged) == 2  # verl's backends still get every call
+    with open(tmp_path / "metrics.jsonl", "a") as cut:  # the first process killed mid-line
+        cut.write('{"step": 3, "data": {"actor/l')
     resumed = ProgressTracking(Tracking(), tmp_path, total_steps=3)  # a new process appends; step 2 taken again
     resumed.log(data={"actor/lr": 2e-5}, step=2)
     steps = read_metrics(tmp_path)
