@@ -107,7 +107,8 @@ def build_stages() -> list[Stage]:
         Stage("f_quickstart", "make quickstart's job on CUDA, timed: 20 steps, export, the vLLM evaluator on base "
               "and trained (greedy, the base cached), the comparison and its verdict",
               ["{kit}", "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", "{out}/runs/quickstart",
-               "--eval-backend", "vllm", "--eval-override", "decoding=[greedy]", "trainer.device=cuda"],
+               "--eval-backend", "vllm", "--eval-override", "decoding=[greedy]", "--eval-override",
+               "model.dtype=bfloat16", "trainer.device=cuda"],  # bf16 as stage c2's vLLM evaluation, which ran
               estimate_s=480, needs=("install_core",), compose=("quickstart", ["trainer.device=cuda"]), cleanup=RAY_STOP,
               check=["{kit}", "-m", "training.pipeline", "--help"], collect=results.pipeline_run("runs/quickstart")),
         Stage("e_gpu_tests", f"pytest -m gpu ({', '.join(tests)})",

@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--config-name", required=True, help="training config (configs/NAME.yaml)")
     parser.add_argument("--run-dir", required=True, type=Path, help="folder for every output of the run")
     parser.add_argument("--eval-config", default=None, help="eval suite YAML (default: the config's env.eval_suite)")
-    parser.add_argument("--eval-backend", default=None, help="vllm | hf | openai (default: vllm on a GPU, hf without one)")
+    parser.add_argument("--eval-backend", default=None, help="vllm | hf | openai (default: hf without a GPU)")
     parser.add_argument("--eval-override", action="append", default=[], help="key=value for the eval suite")
     parser.add_argument("--trained", type=Path, default=None,
                         help="a finished training run's folder (trainer.default_local_dir): skip training, use it")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if backend is None:
         import torch
 
-        backend = "vllm" if torch.cuda.is_available() else "hf"
+        backend = "hf" if not torch.cuda.is_available() else None
     py = sys.executable
     if args.trained is None:
         checkpoints = run.dir / "checkpoints"
