@@ -10,7 +10,10 @@ pip agrees on the small pins. The pins come from gpu_kit.selection.read_lock, th
 
 import concurrent.futures
 import functools
+import http.client
 import json
+import time
+import urllib.error
 import urllib.request
 from email.parser import Parser
 
@@ -21,6 +24,24 @@ from packaging.version import InvalidVersion, Version
 
 INDEX = "https://pypi.org/simple"
 JSON = "application/vnd.pypi.simple.v1+json"
+TRIES = 4  # a check of hundreds of requests must not fail on one dropped connection or 5xx (it did here, 1 run in ~7)
+
+
+def fetch(request: urllib.request.Request | str, timeout: float) -> bytes:
+    """The body of one GET, retried with a growing pause on a network error, a time-out or a 5xx answer; a 4xx answer
+    (a name or file PyPI does not have) is raised at once."""
+    for attempt in range(TRIES):
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.read()
+        except urllib.error.HTTPError as err:
+            if err.code < 500 or attempt == TRIES - 1:
+                raise
+        except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError):
+            if attempt == TRIES - 1:
+                raise
+        time.sleep(2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 def linux_tags(python: str, glibc_max: int = 31) -> list[Tag]:
@@ -42,8 +63,7 @@ def linux_tags(python: str, glibc_max: int = 31) -> list[Tag]:
 def project_files(name: str) -> tuple[dict, ...]:
     """Every file PyPI lists for the project; asked once per test session (torch's list is megabytes)."""
     request = urllib.request.Request(f"{INDEX}/{canonicalize_name(name)}/", headers={"Accept": JSON})
-    with urllib.request.urlopen(request, timeout=120) as answer:
-        return tuple(json.load(answer)["files"])
+    return tuple(json.loads(fetch(request, timeout=120))["files"])
 
 
 @functools.cache
@@ -102,5 +122,4 @@ def resolve(lock_pins: list[tuple[str, str]], python: str) -> tuple[list[dict], 
 
 def requires_dist(file: dict) -> list[str]:
     """A wheel's Requires-Dist lines from its PEP 658 metadata file."""
-    with urllib.request.urlopen(file["url"] + ".metadata", timeout=60) as answer:
-        return Parser().parsestr(answer.read().decode()).get_all("Requires-Dist") or []
+    return Parser().parsestr(fetch(file["url"] + ".metadata", timeout=60).decode()).get_all("Requires-Dist") or []
