@@ -36,9 +36,9 @@ def step_metrics(log: Path) -> dict[int, dict[str, float]]:
 
 
 def logged_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
-    """{step: every number verl logged} from the run's `ckpt/logs/metrics.jsonl` (training/trainer/progress.py), the
-    last record of each step; {} when the run wrote none. Whole, unlike the console line, which Ray's log monitor
-    can cut in two."""
+    """{step: every number verl logged} from the run's `ckpt/logs/metrics.jsonl` (utils/metrics_file.py's format, read
+    here with the stdlib: the kit imports nothing of the project's), the last record of each step; {} when the run
+    wrote none. Whole, unlike the console line, which Ray's log monitor can cut in two."""
     path = run_dir / "ckpt" / "logs" / "metrics.jsonl"
     steps: dict[int, dict[str, float]] = {}
     for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:

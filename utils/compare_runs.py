@@ -17,6 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the project root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from utils.metrics_file import read_metrics  # noqa: E402
+
 VOLATILE = ("time", "timing", "second", "memory", "perf", "throughput")  # a key containing any of these measures the machine, not the run
 RANDOM_IDS = ("uid", "group")  # verl's uuid4 per prompt
 
@@ -40,15 +45,8 @@ def step_records(run: Path) -> dict[int, dict]:
 
 
 def logged_numbers(run: Path) -> dict[int, dict]:
-    """{step: kept numbers} of `logs/metrics.jsonl` (training/trainer/progress.py), each step's last record."""
-    found, path = {}, run / "logs" / "metrics.jsonl"
-    for line in (path.read_text().splitlines() if path.is_file() else []):
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by a killed process (training.trainer.progress.read_metrics skips it too)
-            continue
-        found[record["step"]] = {k: v for k, v in record["data"].items() if _kept(k)}
-    return found
+    """{step: kept numbers} of the run's `logs/metrics.jsonl` (utils/metrics_file.py)."""
+    return {step: {k: v for k, v in data.items() if _kept(k)} for step, data in read_metrics(run / "logs").items()}
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:

@@ -43,7 +43,7 @@ def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *override
 def step_metrics(logs: Path, step: int) -> dict[str, float]:
     """Every number verl logged for `step`, from the run's `<logs>/metrics.jsonl` (training/trainer/progress.py), not
     from verl's console line: Ray's log monitor can cut that line in two (CI of 21748d5 lost its last key so)."""
-    from training.trainer.progress import read_metrics
+    from utils.metrics_file import read_metrics
 
     steps = read_metrics(logs)
     assert step in steps, f"no metrics for step {step} in {logs}/metrics.jsonl (steps {sorted(steps)})"

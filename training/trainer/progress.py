@@ -5,8 +5,8 @@ the driver, whose terminal the person watches, is another process. `ProgressTrac
 `log()` still reaches verl's backends, and a few numbers of it are appended as one JSON line to
 `<env.logs_dir>/progress.jsonl`, which the driver reads. The trainer installs it where verl assigns `self.logger`.
 
-Every number of every `log()` also goes, whole, to `<env.logs_dir>/metrics.jsonl` (`{"step": N, "data": {...}}`,
-verl's file-logger shape, appended across resumes): the record to read a step's metrics from. verl's console line
+Every number of every `log()` also goes, whole, to `<env.logs_dir>/metrics.jsonl` (utils/metrics_file.py): the
+record to read a step's metrics from. verl's console line
 is a view: it reaches the driver through Ray's log monitor, which reads worker output line by line while it is being
 written, and can cut a line of ~4 KiB in two (CI of 21748d5 lost the last key of a step's line that way).
 """
@@ -14,13 +14,13 @@ written, and can cut a line of ~4 KiB in two (CI of 21748d5 lost the last key of
 from __future__ import annotations
 
 import json
-import numbers
 import re
 import time
 from pathlib import Path
 
+from utils.metrics_file import METRICS_FILE, end_cut_line, metrics_record
+
 PROGRESS_FILE = "progress.jsonl"
-METRICS_FILE = "metrics.jsonl"  # every logged number, by step (read with read_metrics)
 FAULT_FILE = "fault.json"  # the run's first fault (training/trainer/faults.py, watchdog.py, training/launch/guardian.py)
 HEARTBEAT_FILE = "heartbeat.json"  # the trainer's watchdog beats here; the guardian reads it
 STEP_KEYS = {  # console name -> verl / env metric
@@ -69,28 +69,6 @@ def append_event(path: Path, event: dict) -> None:
         out.write(json.dumps(event) + "\n")
 
 
-def metrics_record(data: dict, step: int) -> dict:
-    """The metrics.jsonl line of one `log()`: every number in `data` (numpy scalars as Python numbers), as verl's
-    console line keeps them."""
-    numbers_only = {key: value.item() if hasattr(value, "item") else value for key, value in data.items()
-                    if isinstance(value, numbers.Number)}
-    return {"step": int(step), "data": numbers_only}
-
-
-def read_metrics(logs: Path) -> dict[int, dict[str, float]]:
-    """{step: metrics} from `<logs>/metrics.jsonl`; of a step logged twice (taken again after a resume from an earlier
-    checkpoint) the last record."""
-    steps: dict[int, dict[str, float]] = {}
-    path = Path(logs) / METRICS_FILE
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by a killed process
-            continue
-        steps[record["step"]] = record["data"]
-    return steps
-
-
 class ProgressTracking:
     """verl's Tracking, plus one event line per step or validation in `progress`, and every number in `metrics`.
     Everything else is delegated."""
@@ -98,11 +76,9 @@ class ProgressTracking:
     def __init__(self, tracking, logs: Path, total_steps: int):
         self._tracking, self._total = tracking, int(total_steps)
         self._progress, self._metrics = Path(logs) / PROGRESS_FILE, Path(logs) / METRICS_FILE
-        try:  # a killed process may have left half a line: the resumed run's records start on a line of their own
-            with open(self._metrics, "rb+") as record:
-                if record.seek(0, 2) and (record.seek(-1, 2), record.read(1))[1] != b"\n":
-                    record.write(b"\n")
-        except OSError:
+        try:  # a killed process may have left half a line: this process's records start on a line of their own
+            end_cut_line(self._metrics)
+        except OSError:  # a view and a record: training goes on without them
             pass
 
     def log(self, data, step, backend=None):

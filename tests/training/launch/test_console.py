@@ -120,7 +120,8 @@ def test_every_logged_number_is_kept_whole_in_metrics_jsonl_across_a_resume(tmp_
     reaches the driver through Ray's log monitor, which can cut it (CI of 21748d5 lost a step's last key that way)."""
     import numpy as np
 
-    from training.trainer.progress import ProgressTracking, read_metrics
+    from training.trainer.progress import ProgressTracking
+    from utils.metrics_file import read_metrics
 
     class Tracking:  # verl's Tracking's interface: log(data=, step=, backend=)
         def __init__(self):
