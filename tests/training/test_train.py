@@ -98,12 +98,18 @@ def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_t
     ckpt = run_dir / "ckpt"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     assert (ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+    if device == "cpu":  # one CPU rank trains the module unwrapped (training/cpu_backend/engine.py), FSDP2 on CUDA
+        fsdp = json.loads((ckpt / "global_step_2" / "actor" / "fsdp_config.json").read_text())
+        assert fsdp["FSDP_version"] == 0 and fsdp["world_size"] == 1
     for step in (1, 2, 3):  # steps 1-2 of the first process, step 3 of the resumed one (the file is appended)
         metrics = step_metrics(run_logs(run_dir), step)
         # bypass mode (the CPU default; a GPU run recomputes): the rollout's log-probs are the old ones, so the
         # first update's ratio to them is 1 exactly when rollout and actor agree
         if device == "cpu":
             assert abs(metrics["actor/ppo_kl"]) < 1e-3 and metrics["actor/pg_clipfrac"] == 0.0
+            # the rollout server's own seconds, beside what the agent loop saw of each request
+            assert 0 < metrics["rollout/sampler_seconds"] <= metrics["timing/rollout_request_max"]
+            assert metrics["rollout/gather_seconds"] >= 0
         else:
             assert metrics["training/rollout_probs_diff_mean"] < 1e-3  # rollout and actor log-probs agree
         assert metrics["env/samples"] == PROMPTS * SAMPLES and "env/zero_variance_groups" in metrics
@@ -275,3 +281,4 @@ def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
     actor = tmp_path / "ckpt" / "global_step_1" / "actor"
     assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+    assert json.loads((actor / "fsdp_config.json").read_text())["FSDP_version"] == 2  # two ranks keep FSDP2

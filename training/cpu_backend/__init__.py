@@ -1,4 +1,7 @@
-"""verl's CPU backend: a "cpu" platform, verl's FSDP2 engine registered for it, a transformers rollout replica.
+"""verl's CPU backend: a "cpu" platform, verl's FSDP engine registered for it, a transformers rollout replica.
+
+The engine (training.cpu_backend.engine) is verl's FSDP engine, with the model left unwrapped on a single rank
+(FSDP2 there shards nothing and costs seconds a step); with two or more ranks it is verl's FSDP2 engine.
 
 Loaded in every verl process (the driver, the Ray task runner and every worker) through verl's
 `VERL_USE_EXTERNAL_MODULES=training.cpu_backend`, with `VERL_PLATFORM=cpu`; `training.launch.hardware.apply_cpu_backend`
@@ -31,12 +34,13 @@ def _load_vllm_replica():
 def register() -> None:
     """Registers the engine and the rollout in verl's registries; patches only when VERL_PLATFORM=cpu."""
     from verl.workers.engine.base import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     from training.cpu_backend import patches
+    from training.cpu_backend.engine import SingleRankEngineWithLMHead, SingleRankEngineWithValueHead
 
-    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+    for model_type, engine in (("language_model", SingleRankEngineWithLMHead),
+                               ("value_model", SingleRankEngineWithValueHead)):
         if "cpu" not in EngineRegistry._engines.get(model_type, {}).get("fsdp2", {}):
             EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device="cpu")(engine)
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)

@@ -53,6 +53,49 @@ def test_contract_rollout_adapter_table():
     assert "_ROLLOUT_REGISTRY[(rollout_name, mode)]" in inspect.getsource(base.get_rollout_class)
 
 
+def test_contract_verls_fsdp_engine_runs_an_unwrapped_module():
+    """The single-rank CPU engine (training/cpu_backend/engine.py) returns the module unwrapped from verl's
+    `_build_fsdp_module`; verl's engine must keep handling `fsdp_version(module) == 0` where a run goes: gradient
+    clipping, accumulation, moves, the full state dict, forward autocast (skipped for fp32), and must keep building
+    the module through that one method."""
+    import verl.utils.fsdp_utils as fsdp_utils
+    import verl.workers.engine.fsdp.transformer_impl as impl
+
+    assert "module = self._build_fsdp_module(module)" in inspect.getsource(impl.FSDPEngine._build_model_optimizer)
+    assert "torch.nn.utils.clip_grad_norm_(" in inspect.getsource(impl.FSDPEngine.optimizer_step)
+    assert "else:\n            yield" in inspect.getsource(impl.FSDPEngine._gradient_sync_context)
+    for helper in (fsdp_utils.load_fsdp_model_to_gpu, fsdp_utils.offload_fsdp_model_to_cpu,
+                   fsdp_utils.get_fsdp_full_state_dict):
+        assert "fsdp_version(model) == 0" in inspect.getsource(helper), helper.__name__
+    assert 'getattr(self, "_autocast_dtype", torch.bfloat16)' in inspect.getsource(
+        impl.FSDPEngineWithLMHead.forward_step)
+    assert fsdp_utils.fsdp_version(torch.nn.Linear(1, 1)) == 0
+
+
+def test_single_rank_engine_unwraps_one_rank_only():
+    """One rank without LoRA: the module as loaded (autocast from mixed_precision); two ranks or LoRA: FSDP."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from training.cpu_backend.engine import SingleRankEngineWithLMHead, keeps_plain_module
+
+    assert keeps_plain_module(1, lora=False)
+    assert not keeps_plain_module(2, lora=False) and not keeps_plain_module(1, lora=True)
+    engine = object.__new__(SingleRankEngineWithLMHead)
+    module = torch.nn.Linear(2, 2)
+    for precision, dtype in (({"param_dtype": "fp32"}, torch.float32), ({"param_dtype": "bf16"}, torch.bfloat16)):
+        engine.engine_config, engine._is_lora = SimpleNamespace(mixed_precision=precision), False
+        with mock.patch("torch.distributed.get_world_size", return_value=1):
+            assert engine._build_fsdp_module(module) is module
+        assert engine._autocast_dtype == dtype and engine.scaler is None
+    engine.engine_config = SimpleNamespace(mixed_precision={"param_dtype": "fp16"})
+    with mock.patch("torch.distributed.get_world_size", return_value=1), pytest.raises(ValueError, match="fp16"):
+        engine._build_fsdp_module(module)
+    with mock.patch("torch.distributed.get_world_size", return_value=2), mock.patch(
+            "verl.workers.engine.fsdp.transformer_impl.FSDPEngine._build_fsdp_module", return_value="sharded"):
+        assert engine._build_fsdp_module(module) == "sharded"
+
+
 def test_backend_registers_and_patches_only_on_cpu_platform():
     """Importing the backend registers the platform, engine, replica and adapter; patches need VERL_PLATFORM=cpu."""
     code = """
@@ -74,7 +117,7 @@ assert 0 < free <= total
     assert on_cpu.returncode == 0, on_cpu.stderr[-3000:]
     lines = on_cpu.stdout.split("\n")
     assert lines[0] == "cpu cpu training.cpu_backend.patches"
-    assert lines[1] == "FSDPEngineWithLMHead"
+    assert lines[1] == "SingleRankEngineWithLMHead"
     assert lines[2] == "TransformersReplica TransformersRolloutAdapter"
     elsewhere = _run_python("import training.cpu_backend, verl.workers.engine_workers as ew; "
                             "print(ew.initialize_global_process_group_ray.__module__)", VERL_PLATFORM="nvidia")
