@@ -125,6 +125,7 @@ class _Request:
     spec: SamplingSpec
     seed: Optional[int]
     future: asyncio.Future = field(repr=False)
+    arrived: float = field(default_factory=time.perf_counter)
 
     def order(self) -> tuple:
         """The place of the request in a batch: by prompt (a group's samples share one prefill), then seed."""
@@ -170,7 +171,8 @@ class TransformersServer:
         self.expected = 0  # requests announced (`expect`) and not yet taken into a batch
         self.batcher: Optional[asyncio.Task] = None
         self.awake: Optional[asyncio.Event] = None
-        self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0}
+        # seconds: sampling; gather_seconds: a batch's first request's arrival -> its sampling starts
+        self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0, "gather_seconds": 0.0}
         self.progress = DecodeProgress(self.model, progress_seconds, f"rollout {replica_rank}",
                                        self.eos_token_ids | {self.pad_token_id})
 
@@ -239,6 +241,7 @@ class TransformersServer:
                 batch, self.pending, self.expected = self.pending, [], 0
             else:
                 batch, self.pending = self.pending[:size], self.pending[size:]
+            self.stats["gather_seconds"] += time.perf_counter() - min(request.arrived for request in batch)
             groups: dict[SamplingSpec, list[_Request]] = {}
             for request in sorted(batch, key=_Request.order):
                 groups.setdefault(request.spec, []).append(request)

@@ -172,7 +172,19 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         if len(servers) != 1:
             logger.info("%d rollout replicas: batches are gathered as requests arrive (not reproducible)", len(servers))
             return None
+        self._rollout_server = servers[0]
         return lambda count: ray.get(servers[0].expect.remote(count))
+
+    def rollout_server_metrics(self) -> dict[str, float]:
+        """The CPU rollout server's seconds this step: sampling (`rollout/sampler_seconds`) and a batch's wait for
+        its requests (`rollout/gather_seconds`); what `timing_s/gen` holds beyond them is the agent loop around it."""
+        server = getattr(self, "_rollout_server", None)
+        if server is None:
+            return {}
+        stats = ray.get(server.get_stats.remote())
+        before, self._rollout_stats = getattr(self, "_rollout_stats", None) or {}, stats
+        return {f"rollout/{name}": float(stats[key]) - float(before.get(key, 0.0))
+                for name, key in (("sampler_seconds", "seconds"), ("gather_seconds", "gather_seconds"))}
 
     # The console (training/launch/console.py) follows the run through <env.logs_dir>/progress.jsonl: verl's Tracking,
     # assigned to self.logger in fit(), is wrapped to append each step's numbers (and all of them to metrics.jsonl);
@@ -208,6 +220,7 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
 
     def on_train_begin(self):
         super().on_train_begin()
+        self.rollout_server_metrics()  # from here on: what a validation before training sampled is not counted
         self._progress("train_begin")
 
     def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
@@ -253,6 +266,7 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         batch = super().step(metrics, timing_raw)
         with marked_timer("env_feedback", timing_raw, color="cyan"):
             metrics.update(self.env_feedback(batch))
+            metrics.update(self.rollout_server_metrics())
         self.step_trained()
         return batch
 
@@ -315,6 +329,10 @@ def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, fl
     records = []
     for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
         records.append(record_from_reward(info.get("task", "unknown"), uid, reward_extra_info(fields), score, length))
-    seconds = [float((m or {}).get("compute_score", 0.0)) for m in list(data["metrics"])]
+    metrics = [m or {} for m in list(data["metrics"])]
+    seconds = [float(m.get("compute_score", 0.0)) for m in metrics]
     timing = {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)} if seconds else {}
+    requests = [float(m["generate_sequences"]) for m in metrics if m.get("generate_sequences") is not None]
+    if requests:  # a response's request to the rollout server, sent -> answered (batching and sampling inside)
+        timing.update({"timing/rollout_request_min": min(requests), "timing/rollout_request_max": max(requests)})
     return records, timing
