@@ -66,6 +66,7 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         arr.model.override_config = OmegaConf.merge(arr.model.get("override_config") or {},
                                                     {"attn_implementation": "sdpa"})
         arr.model.use_remove_padding = False  # packed, sdpa attends over one dense (T, T) mask (BENCHMARKS.md)
+        _foreach_adamw(arr.actor.optim)
         if str(arr.rollout.name) == "vllm":
             arr.rollout.update(VLLM_ON_CPU)
         if int(arr.model.get("lora_rank", 0) or 0) > 0:
@@ -81,6 +82,17 @@ def apply_cpu_backend(cfg: DictConfig) -> None:
         env_vars = runtime_env.get("env_vars") or {}
         runtime_env.env_vars = {**env_vars, **backend_env(cfg)}
         cfg.ray_kwargs.ray_init.num_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+
+
+def _foreach_adamw(optim: DictConfig) -> None:
+    """torch's AdamW on CPU tensors defaults to a Python loop over them; `foreach` steps them in grouped kernels with
+    the loop's numbers to the bit (BENCHMARKS.md, issue 49). `fused` is faster still but not bit-equal, so it is left
+    to the user, whose `override_optimizer_config` choice always wins."""
+    override = dict(optim.get("override_optimizer_config") or {})
+    torch_adam = (str(optim.get("optimizer_impl", "torch.optim")) == "torch.optim"
+                  and str(optim.get("optimizer", "AdamW")) in ("AdamW", "Adam"))
+    if torch_adam and not {"foreach", "fused"} & set(override):
+        optim.override_optimizer_config = {**override, "foreach": True}
 
 
 def cpu_rollout_problems(cfg: DictConfig) -> list[str]:

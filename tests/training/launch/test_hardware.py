@@ -55,12 +55,27 @@ def test_cpu_backend_config(isolated_backend):
     assert arr.actor.strategy == arr.ref.strategy == "fsdp2"
     assert OmegaConf.to_container(arr.actor.fsdp_config.mixed_precision)["param_dtype"] == "fp32"
     assert arr.model.override_config.attn_implementation == "sdpa" and not arr.model.use_remove_padding
+    assert arr.actor.optim.override_optimizer_config == {"foreach": True}  # the loop's numbers, grouped kernels
     assert cfg.ray_kwargs.ray_init.num_gpus == 2  # one logical slot per training rank
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert os.environ["VERL_USE_EXTERNAL_MODULES"] == "training.cpu_backend"
     from verl.utils.device import get_device_name
 
     assert get_device_name() == "cpu"
+
+
+def test_cpu_backend_leaves_the_users_optimizer_choice(isolated_backend):
+    """foreach is the CPU default for torch's AdamW; a user's fused (or foreach=false) or another optimizer wins."""
+    for given, expected in (({"fused": True}, {"fused": True}), ({"foreach": False}, {"foreach": False}),
+                            ({"amsgrad": True}, {"amsgrad": True, "foreach": True})):
+        cfg = resolve_config(compose_config("quickstart", ["model=tiny"]), gpu_count=0)
+        cfg.actor_rollout_ref.actor.optim.override_optimizer_config = given
+        apply_cpu_backend(cfg)
+        assert OmegaConf.to_container(cfg.actor_rollout_ref.actor.optim.override_optimizer_config) == expected
+    cfg = resolve_config(compose_config("quickstart", ["model=tiny"]), gpu_count=0)
+    cfg.actor_rollout_ref.actor.optim.optimizer_impl = "torchao.optim"
+    apply_cpu_backend(cfg)
+    assert not cfg.actor_rollout_ref.actor.optim.get("override_optimizer_config")
 
 
 def test_cpu_backend_merges_lora_adapters_before_each_sync():
