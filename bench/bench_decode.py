@@ -59,7 +59,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.cpu_backend.sampling import SamplingSpec, sample_batch
+    from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
     from training.launch.hardware import cpu_threads
 
     torch.set_num_threads(cpu_threads(1))
@@ -71,11 +71,13 @@ def main() -> None:
     eos = tokenizer.eos_token_id
     times: dict[str, list[float]] = {"ours (sample_batch)": [], "transformers generate()": []}
     for repeat in range(args.repeats):
+        use_gqa_sdpa(model)  # as the rollout server runs it
         start = time.perf_counter()
         out = sample_batch(model, rows, [args.tokens] * len(rows), SamplingSpec(temperature=1.0, ignore_eos=True),
                            {eos}, tokenizer.pad_token_id, torch.Generator().manual_seed(repeat))
         times["ours (sample_batch)"].append(time.perf_counter() - start)
         assert all(len(o.token_ids) == args.tokens for o in out)
+        model.set_attn_implementation("sdpa")  # generate() as TRL runs it
         tokenizer.padding_side = "left"
         batch = tokenizer.pad({"input_ids": rows}, return_tensors="pt")
         start = time.perf_counter()

@@ -27,7 +27,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from training.cpu_backend import ROLLOUT_NAME
-from training.cpu_backend.sampling import SamplingSpec, sample_batch
+from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
 
 PROGRESS_ENV = "RG_GRPO_ROLLOUT_PROGRESS"  # seconds between progress updates of a batch's decoding; 0: no progress
 logger = logging.getLogger(__name__)
@@ -155,6 +155,7 @@ class TransformersServer:
         path = model_config.local_path or model_config.path
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
         self.model.eval()
+        use_gqa_sdpa(self.model)  # the same bits as transformers' sdpa, without copying the key/value heads
         self.shapes = {name: (p.shape, p.dtype) for name, p in self.model.named_parameters()}
         self.loaded: set[str] = set(self.shapes)
         self.complete = True  # False from a sleep or the start of a sync until a sync finishes

@@ -194,6 +194,32 @@ def test_a_group_shares_its_prefill(tiny_lm):
         assert torch.allclose(torch.tensor(out.log_probs), expected, atol=1e-4)
 
 
+def test_gqa_attention_samples_the_same_bits_as_transformers_sdpa(tiny_model_dir):
+    """The rollout server's attention (`use_gqa_sdpa`: key/value heads read in place) gives transformers' sdpa's
+    tokens and log-probs to the bit, on a left-padded batch of groups with per-row seeds, so switching it on does not
+    change what a run of a seed samples (the quickstart's five seeds stand). Other attention is left alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.cpu_backend.sampling import GQA_SDPA, use_gqa_sdpa
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped-query heads
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = _prompts(tokenizer)
+    group, seeds = [prompts[0]] * 3 + [prompts[1]] * 3, [11, 12, 13, 14, 15, 16]
+
+    def sample():
+        return [(s.token_ids, s.log_probs) for s in sample_batch(
+            model, group, [16] * 6, SamplingSpec(temperature=1.0), {-1}, tokenizer.pad_token_id, seeds=seeds)]
+
+    sdpa = sample()
+    assert use_gqa_sdpa(model) and model.config._attn_implementation == GQA_SDPA
+    assert sample() == sdpa
+    eager = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    assert not use_gqa_sdpa(eager) and eager.config._attn_implementation == "eager"
+
+
 def test_log_probs_are_the_actors(tiny_lm):
     """Each sampled token's log-prob equals log_softmax(logits / T) of a full forward over prompt + response, the
     quantity verl's actor computes (so training/rollout_probs_diff stays ~0)."""
