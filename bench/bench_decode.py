@@ -26,13 +26,18 @@ if str(REPO) not in sys.path:  # `python bench/bench_decode.py` puts bench/ firs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return rows_parser(__doc__).parse_args(argv)
+
+
+def rows_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a bench that samples the quickstart's rows (this one and bench/bench_precision.py)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="model preset (configs/model): smollm2-135m or tiny")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--samples", type=int, default=8, help="copies of each prompt (a GRPO group)")
     parser.add_argument("--tokens", type=int, default=48, help="new tokens per row, in both arms")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each arm")
-    return parser.parse_args(argv)
+    return parser
 
 
 def quickstart_config(model: str):
@@ -54,20 +59,29 @@ def group_prompts(cfg, prompts: int, samples: int, tokenizer) -> list[list[int]]
     return [prompt for prompt in ids for _ in range(samples)]
 
 
-def main() -> None:
-    args = parse_args()
+def quickstart_rows(model: str, prompts: int, samples: int):
+    """Sets the CPU backend's torch threads; returns the model folder, its tokenizer and the rows to sample."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
     from training.launch.hardware import cpu_threads
 
     torch.set_num_threads(cpu_threads(1))
-    cfg = quickstart_config(args.model)
+    cfg = quickstart_config(model)
     path = str(cfg.actor_rollout_ref.model.path)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    return path, tokenizer, group_prompts(cfg, prompts, samples, tokenizer)
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
+
+    path, tokenizer, rows = quickstart_rows(args.model, args.prompts, args.samples)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    rows = group_prompts(cfg, args.prompts, args.samples, tokenizer)
     eos = tokenizer.eos_token_id
     times: dict[str, list[float]] = {"ours (sample_batch)": [], "transformers generate()": []}
     for repeat in range(args.repeats):

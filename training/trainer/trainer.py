@@ -218,9 +218,13 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         super().on_validate_begin()
         self._progress("validating", items=len(self.val_dataset))
 
+    def on_validate_end(self):
+        super().on_validate_end()
+        self.rollout_server_metrics()  # validation's sampling is not the next step's
+
     def on_train_begin(self):
         super().on_train_begin()
-        self.rollout_server_metrics()  # from here on: what a validation before training sampled is not counted
+        self.rollout_server_metrics()  # counting starts here
         self._progress("train_begin")
 
     def _observe_dropped(self, keys: list[str], partition_id: str) -> None:
