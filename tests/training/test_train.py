@@ -131,9 +131,11 @@ def rollout_rows(run_dir: Path, step: int) -> list[dict]:
 
 
 def reproducible(metrics: dict[str, float]) -> dict[str, float]:
-    """The step metrics a repeated run must reproduce: all but times, rates and memory."""
-    return {key: value for key, value in metrics.items()
-            if not key.startswith(("timing", "perf/")) and not any(word in key for word in ("/perf/", "time", "memory"))}
+    """The step metrics a repeated run must reproduce: all but times, rates and memory (utils/compare_runs.py's
+    rule, so the test and the tool agree on what a repeated run is)."""
+    from utils.compare_runs import VOLATILE
+
+    return {key: value for key, value in metrics.items() if not any(word in key for word in VOLATILE)}
 
 
 @pytest.mark.slow
