@@ -130,6 +130,8 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         self.replay_buffer.poll_interval = float(config.env.get("poll_seconds", 0.05))
         self.dump_settings = DumpSettings.from_config(config)
         self._dropped_records: list = []  # responses of groups verl dropped during this step (ObservingReplayBuffer)
+        self._rollout_server = None  # the CPU backend's one rollout server, found in fit()
+        self._rollout_stats: dict = {}  # its counters when last read (rollout_server_metrics)
         self.dropped_read_failures = 0
         self.failed_samples_total = 0
         reliability = config.env.get("reliability") or {}
@@ -148,7 +150,10 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
 
     def fit(self, agent_loop_manager):
         """verl's fit, on the manager wrapped to number and announce each submission (training/trainer/seeding.py)."""
-        submissions = OrderedSubmissions(agent_loop_manager, self._announcer(), self._samples_per_prompt)
+        self._rollout_server = self._single_cpu_rollout_server()
+        server = self._rollout_server
+        announce = (lambda count: ray.get(server.expect.remote(count))) if server is not None else None
+        submissions = OrderedSubmissions(agent_loop_manager, announce, self._samples_per_prompt)
         self.replay_buffer.order = submissions.order
         return super().fit(submissions)
 
@@ -156,9 +161,10 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         rollout = self.config.actor_rollout_ref.rollout
         return int(rollout.val_kwargs.n if validate else rollout.n)
 
-    def _announcer(self):
-        """How to tell the CPU backend's one transformers server a submission's size (it then samples the whole
-        submission as one batch); None for other rollouts and for several replicas (verl routes by load)."""
+    def _single_cpu_rollout_server(self):
+        """The CPU backend's one transformers server, which the trainer tells each submission's size (it then samples
+        the whole submission as one batch) and reads seconds from; None for other rollouts and for several replicas
+        (verl routes by load)."""
         if str(self.config.actor_rollout_ref.rollout.name) != CPU_ROLLOUT_NAME:
             return None  # checked before the import below, which registers the CPU backend
         from training.cpu_backend.rollout import server_actor_name
@@ -172,17 +178,15 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         if len(servers) != 1:
             logger.info("%d rollout replicas: batches are gathered as requests arrive (not reproducible)", len(servers))
             return None
-        self._rollout_server = servers[0]
-        return lambda count: ray.get(servers[0].expect.remote(count))
+        return servers[0]
 
     def rollout_server_metrics(self) -> dict[str, float]:
         """The CPU rollout server's seconds this step: sampling (`rollout/sampler_seconds`) and a batch's wait for
         its requests (`rollout/gather_seconds`); what `timing_s/gen` holds beyond them is the agent loop around it."""
-        server = getattr(self, "_rollout_server", None)
-        if server is None:
+        if self._rollout_server is None:
             return {}
-        stats = ray.get(server.get_stats.remote())
-        before, self._rollout_stats = getattr(self, "_rollout_stats", None) or {}, stats
+        stats = ray.get(self._rollout_server.get_stats.remote())
+        before, self._rollout_stats = self._rollout_stats, stats
         return {f"rollout/{name}": float(stats[key]) - float(before.get(key, 0.0))
                 for name, key in (("sampler_seconds", "seconds"), ("gather_seconds", "gather_seconds"))}
 
