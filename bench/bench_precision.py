@@ -116,11 +116,11 @@ def main() -> None:
             times.setdefault(f"sampling, {name}", []).append(time.perf_counter() - start)
     fp32.set_attn_implementation("sdpa")  # the actor's path (verl's engine loads transformers' sdpa)
     fp32.train()
-    results = {}
-    for repeat in range(args.repeats):
-        for source, _, _ in samplers:
-            input_ids, mask, response = sequences(rows, sampled[source], pad)
-            for arm, autocast in (("fp32", False), ("bf16 autocast", True)):
+    actors, results = (("fp32", False), ("bf16 autocast", True)), {}
+    for source, _, _ in samplers:  # the actor's timed runs are on the fp32 sampler's rows, alternating its arms
+        input_ids, mask, response = sequences(rows, sampled[source], pad)
+        for repeat in range(args.repeats if source == "fp32 weights" else 1):
+            for arm, autocast in actors:
                 log_probs, seconds = actor_log_probs(fp32, input_ids, mask, args.micro_batch, autocast, backward=True)
                 if source == "fp32 weights":
                     times.setdefault(f"actor forward + backward, {arm}", []).append(seconds)
