@@ -223,7 +223,9 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
     running and Ray's session folder is gone. (One run for all of it: a training start costs two minutes of CI.
     Sent as soon as the first ray:: process appeared, at load 35 while ray.init was still starting Ray, a SIGINT
     was once lost: the driver now remembers it, tests/training/launch/test_interrupt.py. A stale pid of the
-    Ray-restarted reward worker once kept the stopped one from being named: processes._restarted_pid.)"""
+    Ray-restarted reward worker once kept the stopped one from being named: processes._restarted_pid. The census
+    once counted the watchdog's own restart again when it learned the new pid, at the slow step, whose bound rose
+    from 5 s to 54 s: diagnosis.census.)"""
     mix = tmp_path / "mix.yaml"
     mix.write_text("tasks:\n  basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2}}\n"
                    "  countdown: {weight: 1.0}\n")

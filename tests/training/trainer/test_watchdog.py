@@ -245,3 +245,46 @@ def test_pids_are_learned_while_processes_answer_and_a_restart_makes_a_step_unhe
     dog._check(time.monotonic())  # pid 202: restarted during step 2
     dog.step_begin(3)
     assert dog.diagnosis.known["reward worker 0"] == (202, True) and dog.bound("step") == near(10)  # step 1's 2 s stand in
+
+
+def test_a_restart_the_watchdog_ordered_warms_up_its_own_step_only_not_the_step_its_new_pid_is_learned_in(
+        tmp_path, monkeypatch):
+    """The watchdog restarts a stopped reward worker in step 3: step 3 warms up. Ray's new worker answers the census
+    only in step 6 (busy, or a census every 15 s while steps take 0.5 s): that is the same restart, and step 6 keeps
+    the warm steps' bound (CI at 75ac890: counted again there, a tiny run's 5-s bound became 54 s). A restart Ray made
+    unasked (a new pid in step 7) still warms up the step it is learned in."""
+    worker = RunProcess("reward worker 0", None, restartable=True)
+    pids = iter([101, 202, 303])
+    killed = []
+
+    def answer(processes, timeout):
+        worker.pid, worker.local = next(pids), True
+        return [Probe(worker, ALIVE)]
+
+    dog, _ = make(tmp_path)
+    monkeypatch.setattr(diagnosis_module, "run_processes", lambda trainer: [worker])
+    monkeypatch.setattr(diagnosis_module, "probe", answer)
+    monkeypatch.setattr(diagnosis_module, "kill", lambda process: killed.append(process.role))
+    age(dog, 30)
+    dog.ready()  # 30 s of start-up: a step that warms up is bound by 4 x 30 s
+    dog._check(time.monotonic())
+    assert dog.diagnosis.known["reward worker 0"] == (101, True)
+    for step in (1, 2, 3):
+        dog.step_begin(step)
+        age(dog, 2)
+    warm = dog.bound("step")
+    assert warm == near(10)  # 4 x 2 s, at least min_seconds
+    dog.diagnosis.restart([Probe(worker, SILENT, "stopped", stopped=True)])  # what _diagnose does for a stopped one
+    dog._recovered("reward worker 0: hung; restarted by Ray")
+    assert killed == ["reward worker 0"] and dog.bound("step") == near(120)  # step 3 warms up
+    for step in (4, 5, 6):
+        dog.step_begin(step)
+        age(dog, 2)
+    dog.census_next = 0.0
+    dog._check(time.monotonic())  # pid 202, the restart ordered in step 3
+    assert dog.diagnosis.known["reward worker 0"] == (202, True) and not dog.diagnosis.restarting
+    assert dog.bound("step") == near(warm) and not dog.activities.warming
+    dog.step_begin(7)
+    age(dog, 2)
+    dog._check(time.monotonic())  # pid 303: Ray restarted it unasked
+    assert dog.diagnosis.known["reward worker 0"] == (303, True) and dog.activities.warming
