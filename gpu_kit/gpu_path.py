@@ -1,7 +1,9 @@
 """The GPU path's stages, in order: each one a command a user would type (training/train_grpo.py,
 utils/load_fsdp_to_hf.py, evaluation/evaluate_model.py, pytest), so the kit tests what users run.
 
-a  the machine (image), the kit's install (core, then the optional kernels), the kit's venv
+a  the machine (image); the actor's attention and log-prob paths timed at the presets' shapes (gpu_kit/actor_bench.py:
+   the image's torch and transformers, so the first call measures them); the kit's install (core, then the optional
+   kernels), the kit's venv
 b  2 GRPO steps + a checkpoint, then a resumed process for step 3, on the tiny model; then SmolLM2-135M: 4 timed
    steps at the quickstart's GPU sizes + a checkpoint, and a resumed process that validates and takes step 5
 c  the SmolLM2 checkpoint exported to Hugging Face, and the vLLM evaluator on the export
@@ -61,6 +63,7 @@ def gpu_test_files() -> list[str]:
 
 def build_stages() -> list[Stage]:
     machine = ["{image}", "-m", "gpu_kit.machine", "--out", "{out}/a_machine"]
+    actor_bench = ["{image}", "-m", "gpu_kit.actor_bench"]
     install = ["{image}", "-m", "gpu_kit.install", "install", "--tiers"]
     smollm2 = [*QUICKSTART_GPU, "trainer.val_before_train=false", "trainer.test_freq=-1"]
     tests = gpu_test_files()
@@ -68,6 +71,11 @@ def build_stages() -> list[Stage]:
     return [
         Stage("a_machine", "the machine and the image: nvidia-smi, torch.cuda, versions, the image's freeze",
               machine, estimate_s=30, check=machine, collect=results.json_file("a_machine/machine.json")),
+        Stage("a_actor_bench", "the actor's forward + backward and log-probs, path against path, at the presets' "
+              "shapes (random weights; the image's Python: nothing carried, nothing installed)",
+              [*actor_bench, "--out", "{out}/a_actor_bench"], estimate_s=420,
+              check=[*actor_bench, "--out", "{out}/a_actor_bench", "--dry-run", "--steps", "1", "--models",
+                     "smollm2-135m"], collect=results.json_file("a_actor_bench/actor_bench.json")),
         Stage("install_core", "reassemble the core tier's parts, check the sums, install into .venv-kit",
               [*install, "core", "--report", "{out}/install_core/report.json"], estimate_s=240,
               exit_codes={WAITING: "waiting", DAMAGED: "damaged"}, check=["{image}", "-m", "gpu_kit.install", "status"],

@@ -309,7 +309,7 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
     ids = [line.split()[0] for line in listed.splitlines()]
     fresh = {stage.id: stage.fresh for stage in gpu_path.build_stages() if stage.fresh}
     assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2"}  # not resumes
-    assert ids == ["a_machine", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
+    assert ids == ["a_machine", "a_actor_bench", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
                    "f_quickstart", "e_gpu_tests"]
 

@@ -1,0 +1,73 @@
+"""gpu_kit/actor_bench.py on the CPU: the packing, the varlen path's sequence bounds and the agreement check that
+would catch a path attending across sequences (issue 46's stage `a_actor_bench`, rehearsed at toy sizes)."""
+
+import json
+import sys
+
+import torch
+
+from gpu_kit import actor_bench
+from gpu_kit.actor_bench import Bench, Shape, cu_seqlens_from_positions, packed_micro_batches, padded_micro_batches
+
+DRY = Shape("qwen2.5-0.5b", 3, 2, 20, 6, 6, 64, False)  # GQA (14 query heads, 2 key/value heads) at toy width
+
+
+def test_micro_batches_keep_every_sequence_in_order_within_the_budget():
+    lengths = [10, 12, 7, 30, 5, 5]
+    packed = packed_micro_batches(lengths, 25)
+    assert packed == [[0, 1], [2], [3], [4, 5]]  # 30 > 25 goes alone
+    assert [i for b in packed for i in b] == list(range(6))
+    assert padded_micro_batches(lengths, 4) == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_sequence_bounds_come_from_the_position_ids_of_a_packed_row():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])
+    bounds, longest = cu_seqlens_from_positions(positions, torch)
+    assert bounds.tolist() == [0, 3, 5, 9] and bounds.dtype == torch.int32 and longest == 4
+
+
+def test_the_packed_paths_agree_with_the_padded_one_and_a_leak_across_sequences_is_caught(monkeypatch):
+    """sdpa_packed (transformers' own mask) and varlen_packed (our bounds; a per-sequence sdpa loop on a CPU) give
+    the padded path's hidden states and log-probs; bounds that let a row's sequences see each other do not."""
+    bench = Bench(DRY, "cpu", dry_run=True, steps=1)
+    padded = bench.attention_path("sdpa_padded")
+    assert padded["status"] == "ok" and padded["tokens"] == sum(bench.lengths)
+    assert padded["tokens_with_padding"] > padded["tokens"]  # prompts differ: padding is attended
+    for path in ("sdpa_packed", "varlen_packed"):
+        record = bench.attention_path(path)
+        assert record["status"] == "ok" and record["tokens_with_padding"] == record["tokens"], (path, record)
+        assert record["micro_batches"] < len(bench.lengths)  # sequences share a row
+        assert record["agreement"]["hidden_max_rel"] < 1e-4 and record["agreement"]["logprob_max_abs"] < 1e-4
+    monkeypatch.setattr(actor_bench, "cu_seqlens_from_positions",
+                        lambda positions, torch: (torch.tensor([0, positions.numel()], dtype=torch.int32),
+                                                  positions.numel()))
+    leaking = bench.attention_path("varlen_packed")
+    assert leaking["agreement"]["hidden_max_rel"] > 1e-2, leaking
+
+
+def test_log_prob_paths_give_the_same_values():
+    bench = Bench(DRY, "cpu", dry_run=True, steps=1)
+    values = {path: bench.logprob_path(path)[1] for path in actor_bench.LOGPROB_PATHS}
+    for path, got in values.items():
+        assert torch.allclose(got, values["chunked_fp32"], atol=1e-4), path
+
+
+def test_the_dry_run_records_every_path_and_names_what_cannot_run_here(tmp_path, capsys):
+    assert actor_bench.main(["--out", str(tmp_path), "--dry-run", "--steps", "1", "--models", "smollm2-135m"]) == 0
+    record = json.loads((tmp_path / "actor_bench.json").read_text())
+    model = record["models"]["smollm2-135m"]
+    status = {path: r["status"] for path, r in model["attention"].items()}
+    assert status["sdpa_padded"] == status["sdpa_packed"] == status["varlen_packed"] == "ok"
+    assert status["flex_packed"] == "unavailable" and "CUDA" in model["attention"]["flex_packed"]["why"]
+    assert {r["status"] for r in model["logprob"].values()} == {"ok"}
+    assert "| varlen_packed | ok |" in (tmp_path / "actor_bench.md").read_text()
+    assert actor_bench.main(["--out", str(tmp_path), "--dry-run", "--models", "llama-70b"]) == 2
+    assert "unknown ['llama-70b']" in capsys.readouterr().err
+
+
+def test_without_cuda_the_real_run_says_to_use_the_dry_run(tmp_path, capsys):
+    if torch.cuda.is_available():
+        return
+    assert actor_bench.main(["--out", str(tmp_path)]) == 2
+    assert "--dry-run" in capsys.readouterr().err
+    assert sys.modules["gpu_kit.actor_bench"] is actor_bench
