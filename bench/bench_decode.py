@@ -78,7 +78,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
+    from training.cpu_backend.sampling import SamplingSpec, sample_batch
+    from utils.gqa_sdpa import use_gqa_sdpa
 
     path, tokenizer, rows = quickstart_rows(args.model, args.prompts, args.samples)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()

@@ -96,7 +96,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from bench.bench_decode import quickstart_rows
-    from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
+    from training.cpu_backend.sampling import SamplingSpec, sample_batch
+    from utils.gqa_sdpa import use_gqa_sdpa
 
     path, tokenizer, rows = quickstart_rows(args.model, args.prompts, args.samples)
     fp32 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()

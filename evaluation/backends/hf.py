@@ -6,6 +6,7 @@ import logging
 
 from evaluation.backends.base import Completion, GenRequest, OnResult
 from evaluation.config import ModelConfig, SamplingConfig
+from utils.gqa_sdpa import use_gqa_sdpa
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class HFBackend:
         dtype = DTYPES.get(model_cfg.dtype, "auto")
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=dtype, **kwargs).to(self.device).eval()
+        if self.device == "cpu":
+            use_gqa_sdpa(self.model)  # transformers' sdpa, same bits, without copying key/value heads each token
         self.batch_size = max(1, model_cfg.batch_size)
         torch.manual_seed(sampling.seed)
 

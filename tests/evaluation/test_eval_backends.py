@@ -144,3 +144,27 @@ def test_hf_backend_generates_n_samples_per_prompt(tiny_model_dir):
     backend.generate(reqs, SamplingConfig(max_tokens=8, n=2), lambda r, c: got.setdefault(r.key, c))
     assert {k: len(v) for k, v in got.items()} == {"p0": 2, "p1": 2, "p2": 2, "resumed": 1}
     assert all(0 < c.num_tokens <= 8 and c.finish_reason in ("stop", "length") for v in got.values() for c in v)
+
+
+def test_hf_backend_on_a_cpu_decodes_with_gqa_sdpa_and_greedy_answers_are_transformers_own(tiny_model_dir):
+    """On a CPU the evaluator attends through utils/gqa_sdpa.py (key/value heads read in place, not copied per
+    step): a left-padded greedy batch gives the same completions as transformers' own sdpa, so a cached base-model
+    evaluation and a fresh one agree."""
+    from utils.gqa_sdpa import GQA_SDPA
+
+    sampling = SamplingConfig(temperature=0.0, max_tokens=12, n=1)
+    backend = build_backend(ModelConfig(path=str(tiny_model_dir), backend="hf", dtype="float32", batch_size=4),
+                            sampling)
+    assert backend.model.config._attn_implementation == GQA_SDPA
+    assert backend.model.config.num_key_value_heads < backend.model.config.num_attention_heads  # grouped heads
+    reqs = [GenRequest(f"p{i}", [{"role": "user", "content": "What is " + " + ".join(["7"] * (i + 1)) + "?"}], [0])
+            for i in range(4)]  # prompts of different lengths: a padded batch
+
+    def answers():
+        got = {}
+        backend.generate(reqs, sampling, lambda r, c: got.setdefault(r.key, [(x.text, x.num_tokens) for x in c]))
+        return got
+
+    grouped = answers()
+    backend.model.set_attn_implementation("sdpa")
+    assert answers() == grouped

@@ -27,7 +27,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from training.cpu_backend import ROLLOUT_NAME
-from training.cpu_backend.sampling import SamplingSpec, sample_batch, use_gqa_sdpa
+from training.cpu_backend.sampling import SamplingSpec, sample_batch
+from utils.gqa_sdpa import use_gqa_sdpa
 
 PROGRESS_ENV = "RG_GRPO_ROLLOUT_PROGRESS"  # seconds between progress updates of a batch's decoding; 0: no progress
 logger = logging.getLogger(__name__)

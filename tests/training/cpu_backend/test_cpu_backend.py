@@ -200,7 +200,7 @@ def test_gqa_attention_samples_the_same_bits_as_transformers_sdpa(tiny_model_dir
     change what a run of a seed samples (the quickstart's five seeds stand). Other attention is left alone."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.cpu_backend.sampling import GQA_SDPA, use_gqa_sdpa
+    from utils.gqa_sdpa import GQA_SDPA, use_gqa_sdpa
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
