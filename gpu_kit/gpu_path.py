@@ -9,6 +9,8 @@ b  2 GRPO steps + a checkpoint, then a resumed process for step 3, on the tiny m
 c  the SmolLM2 checkpoint exported to Hugging Face, and the vLLM evaluator on the export
 d  the timing: the SmolLM2 run's phases, generation tokens/s and launch -> first rollout (from b3), against vLLM
    alone on the same prompts with the same sampling
+g  speed at the sizes people train (issue 46): SmolLM2-135M and the Qwen2.5-1.5B / 0.5B architectures with random
+   weights (`random:` model paths), every response to its limit, 1 + 3 timed steps, no checkpoint
 f  make quickstart's job (training.pipeline: train, export, the vLLM evaluator on base and trained, the verdict),
    each phase timed: run before e, whose tests take minutes
 e  the tests marked `gpu`
@@ -33,6 +35,10 @@ TINY = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4"
         "trainer.val_before_train=false", "trainer.logger=[console]"]
 # configs/quickstart.yaml's GPU sizes, said explicitly: 16 prompts x 8 samples, 256-token responses
 QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "data.max_response_length=256"]
+# issue 46: a published architecture with random weights (the `random:` model path, utils.offline_models), every
+# response run to its limit, so that speed does not depend on what a model says; 1 warm-up step + 3 timed
+SPEED = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=false", "trainer.test_freq=-1",
+         "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8"]
 # after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (README, "Faults").
 # It stops every Ray process of the machine: the kit's machine runs nothing else.
 RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]
@@ -40,13 +46,13 @@ STEP_MARK = r"\bstep:\d+ - "
 
 
 def train_stage(stage_id: str, title: str, run: str, overrides: list[str], steps: int, sequences: int,
-                estimate_s: int, needs: tuple[str, ...] = ("install_core",)) -> Stage:
+                estimate_s: int, needs: tuple[str, ...] = ("install_core",), save: bool = True) -> Stage:
     """`python training/train_grpo.py --config-name quickstart ...` on CUDA into OUT/runs/<run>, a checkpoint at
-    the last step. A first run (needing no other training stage) starts in an empty folder, also when a cut-off
-    attempt left a checkpoint there; a resume continues from what its first run saved."""
+    the last step (unless `save` is off). A first run (needing no other training stage) starts in an empty folder,
+    also when a cut-off attempt left a checkpoint there; a resume continues from what its first run saved."""
     run_dir = "{out}/runs/" + run
     overrides = [*overrides, "trainer.device=cuda", f"trainer.total_training_steps={steps}",
-                 f"trainer.save_freq={steps}", f"trainer.default_local_dir={run_dir}/ckpt",
+                 f"trainer.save_freq={steps if save else -1}", f"trainer.default_local_dir={run_dir}/ckpt",
                  f"trainer.rollout_data_dir={run_dir}/rollouts", f"hydra.run.dir={run_dir}/hydra",
                  "env.console=verbose"]
     return Stage(stage_id, title, ["{kit}", "training/train_grpo.py", "--config-name", "quickstart", *overrides],
@@ -112,6 +118,18 @@ def build_stages() -> list[Stage]:
               needs=("b3_smollm2_train",),
               check=["{kit}", "-m", "gpu_kit.vllm_alone", "--help"],
               collect=results.json_file("d_vllm_alone/vllm_alone.json")),
+        train_stage("g1_speed_smollm2", "speed, SmolLM2-135M architecture, random weights: 16 x 8 x 256 tokens "
+                    "(ignore_eos), 1 + 3 timed steps", "speed-smollm2",
+                    [*SPEED, "model=smollm2-135m", "actor_rollout_ref.model.path=random:smollm2-135m",
+                     "data.max_response_length=256"], 4, 128, 360, save=False),
+        train_stage("g2_speed_qwen15b", "speed, Qwen2.5-1.5B architecture, random weights: 16 x 8 x 1024 tokens "
+                    "(ignore_eos), 1 + 3 timed steps", "speed-qwen15b",
+                    [*SPEED, "model=qwen2.5-1.5b", "actor_rollout_ref.model.path=random:qwen2.5-1.5b",
+                     "data.max_response_length=1024"], 4, 128, 540, save=False),
+        train_stage("g3_speed_qwen05b", "speed, Qwen2.5-0.5B architecture, random weights: 16 x 8 x 1024 tokens "
+                    "(ignore_eos), 1 + 3 timed steps", "speed-qwen05b",
+                    [*SPEED, "model=qwen2.5-0.5b", "actor_rollout_ref.model.path=random:qwen2.5-0.5b",
+                     "data.max_response_length=1024"], 4, 128, 480, save=False),
         Stage("f_quickstart", "make quickstart's job on CUDA, timed: 20 steps, export, the vLLM evaluator on base "
               "and trained (greedy, the base cached), the comparison and its verdict",
               ["{kit}", "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", "{out}/runs/quickstart",

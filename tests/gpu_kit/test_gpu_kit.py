@@ -308,10 +308,12 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
                             text=True, timeout=60).stdout
     ids = [line.split()[0] for line in listed.splitlines()]
     fresh = {stage.id: stage.fresh for stage in gpu_path.build_stages() if stage.fresh}
-    assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2"}  # not resumes
+    assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2",
+                     "g1_speed_smollm2": "{out}/runs/speed-smollm2", "g2_speed_qwen15b": "{out}/runs/speed-qwen15b",
+                     "g3_speed_qwen05b": "{out}/runs/speed-qwen05b"}  # not resumes
     assert ids == ["a_machine", "a_actor_bench", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
-                   "f_quickstart", "e_gpu_tests"]
+                   "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "f_quickstart", "e_gpu_tests"]
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 Our keys live under `env:` and `preflight` (verl ignores unknown top-level keys). Three values are resolved here,
 in the driver, before verl sees the config:
 - `actor_rollout_ref.model.path: offline:<name>` -> a local model folder prepared without network (utils.offline_models);
+  `random:<name>` -> gpu_kit/models/<name>.json with random weights (speed runs at the sizes people train);
 - `trainer.n_gpus_per_node: auto` -> the number of devices in CUDA_VISIBLE_DEVICES (or every visible CUDA device);
 - `trainer.v1.trainer_mode` must name our registered trainer (training.trainer.trainer.TRAINER_NAME);
 - `rollout.agent.agent_loop_config_path`: the absolute path of our agent-loop registry file, when the config uses ours.
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 VERL_CONFIG_SEARCHPATH = "pkg://verl.trainer.config"
 OFFLINE_PREFIX = "offline:"
+RANDOM_PREFIX = "random:"
 # our agent loop (a seed per sampled request, training/trainer/seeding.py) and verl's registry file that names it
 AGENT_LOOP_NAME = "rg_seeded_single_turn"
 AGENT_LOOPS_FILE = Path(__file__).resolve().parents[1] / "trainer" / "agent_loops.yaml"
@@ -53,8 +55,11 @@ def visible_gpu_count() -> int:
 
 
 def resolve_model_path(path: str) -> str:
-    """Returns a model path verl can load: `offline:smollm2` / `offline:tiny` are prepared locally, others pass."""
+    """Returns a model path verl can load: `offline:smollm2` / `offline:tiny` are prepared locally, `random:<name>`
+    is a published architecture (gpu_kit/models/<name>.json) with random weights, for speed runs; others pass."""
     path = str(path)
+    if path.startswith(RANDOM_PREFIX):
+        return str(random_model_path(path[len(RANDOM_PREFIX):]))
     if not path.startswith(OFFLINE_PREFIX):
         return path
     from utils import offline_models
@@ -65,6 +70,19 @@ def resolve_model_path(path: str) -> str:
         raise ValueError(f"actor_rollout_ref.model.path={path!r}: unknown offline model; use one of "
                          f"{', '.join(OFFLINE_PREFIX + k for k in builders)}, a local folder or a hub id")
     return str(builders[name]())
+
+
+def random_model_path(name: str) -> Path:
+    """The cached random-weight model of gpu_kit/models/<name>.json (bf16, built on the host once: seconds for
+    1.5B parameters), with a tokenizer that decodes every id of its vocabulary."""
+    from utils import offline_models
+
+    config = offline_models.REPO_MODELS / f"{name}.json"
+    if not config.is_file():
+        known = sorted(p.stem for p in offline_models.REPO_MODELS.glob("*.json"))
+        raise ValueError(f"actor_rollout_ref.model.path={RANDOM_PREFIX}{name}: no {config}; use one of "
+                         f"{', '.join(RANDOM_PREFIX + k for k in known)}")
+    return offline_models.build_random_model(config, offline_models.default_cache_dir() / f"random-{name}")
 
 
 def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
