@@ -63,7 +63,7 @@ def train_stage(stage_id: str, title: str, run: str, overrides: list[str], steps
 
 def gpu_test_files() -> list[str]:
     """Test files that mark tests `gpu` (pytest -m gpu selects within them; collecting all files costs minutes)."""
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
                   if "mark.gpu" in p.read_text())
 
 
