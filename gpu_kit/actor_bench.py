@@ -22,7 +22,8 @@ a prompt (lengths drawn between half and all of its limit) and a response run to
 Per path: seconds a step (after a warm-up), tokens/s (real tokens), MFU (model flops: 6 x matmul params x tokens
 plus causal attention, against the GPU's dense bf16 peak), peak GPU memory, and agreement with `sdpa_padded`
 (hidden states' largest relative difference, log-probs' largest absolute one). The record is rewritten after every
-path (OUT/actor_bench.json), so a stage cut off keeps what it measured; OUT/actor_bench.md is the table.
+path (OUT/actor_bench.json), so a stage cut off keeps what it measured, and a new command skips the models measured
+whole; OUT/actor_bench.md is the table. A path whose warm-up step takes over WARMUP_CAP_S is recorded as slow.
 Imports torch and transformers only (gpu_kit's rule: nothing of the project).
 """
 
@@ -73,6 +74,7 @@ DRY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "voc
 # flex last: it compiles, possibly once per packed length, the one path whose cost is not known beforehand
 ATTENTION_PATHS = ["sdpa_padded", "varlen_packed", "sdpa_packed", "flash_attention_2", "flash_attention_4",
                    "flex_packed"]
+WARMUP_CAP_S = 120  # a path whose warm-up step takes longer is recorded as slow, not timed
 LOGPROB_TOKENS = 4096  # the row loops take ~1 ms a token: every log-prob path gets the same slice, cost is linear
 LOGPROB_PATHS = ["rowloop_bf16", "rowloop_fp32", "vectorised_fp32", "chunked_fp32"]
 
@@ -329,6 +331,9 @@ class Bench:
             self._sync()
             if step:
                 seconds.append(time.perf_counter() - began)
+            elif time.perf_counter() - began > WARMUP_CAP_S:  # a path that recompiles per length: said, not waited on
+                return {"status": "slow", "why": f"its warm-up step took {time.perf_counter() - began:.0f} s "
+                        f"(> {WARMUP_CAP_S} s): not timed further", "warmup_s": round(time.perf_counter() - began, 1)}
         attended = tokens if packed else sum(len(b) * max(self.lengths[i] for i in b) for b in batches)
         record = {"status": "ok", "micro_batches": len(batches), "tokens": tokens, "tokens_with_padding": attended,
                   "seconds": [round(s, 4) for s in seconds]}
@@ -436,10 +441,15 @@ def run(out: Path, models: list[str], attention: list[str], logprob: list[str], 
         write_atomic(out / "actor_bench.md", table(record))
 
     shapes = {s.model: s for s in SHAPES}
+    earlier = previous_models(out / "actor_bench.json", record)
     for model in models:
         shape = shapes[model]
         if dry_run:
             shape = Shape(model, 4, 2, 12, 8, 3, 40, shape.checkpointing)
+        if model in earlier and complete(earlier[model], attention, logprob):
+            record["models"][model] = earlier[model]  # a command cut off after this model: not measured again
+            print(f"[actor-bench] {model}: measured by an earlier command ({out / 'actor_bench.json'})", flush=True)
+            continue
         entry = record["models"][model] = {"shape": asdict(shape), "attention": {}, "logprob": {}}
         began = time.perf_counter()
         bench = Bench(shape, device, dry_run, steps)
@@ -471,6 +481,21 @@ def run(out: Path, models: list[str], attention: list[str], logprob: list[str], 
             torch.cuda.empty_cache()
         save()
     return record
+
+
+def previous_models(path: Path, record: dict) -> dict:
+    """The models an earlier command measured into `path` on the same device, torch and settings (the kit's
+    commands end at 10 minutes: a stage cut off resumes at the model it was measuring)."""
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    same = all(before.get(k) == record[k] for k in ("device", "torch", "transformers", "dry_run", "steps"))
+    return before.get("models", {}) if same else {}
+
+
+def complete(entry: dict, attention: list[str], logprob: list[str]) -> bool:
+    return set(attention) <= set(entry.get("attention", {})) and set(logprob) <= set(entry.get("logprob", {}))
 
 
 def summary_of(result: dict) -> str:

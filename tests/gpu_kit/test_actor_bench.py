@@ -62,6 +62,10 @@ def test_the_dry_run_records_every_path_and_names_what_cannot_run_here(tmp_path,
     assert status["flex_packed"] == "unavailable" and "CUDA" in model["attention"]["flex_packed"]["why"]
     assert {r["status"] for r in model["logprob"].values()} == {"ok"}
     assert "| varlen_packed | ok |" in (tmp_path / "actor_bench.md").read_text()
+    # a new command (the kit's commands end at 10 minutes) keeps a model measured whole, and does not measure it again
+    assert actor_bench.main(["--out", str(tmp_path), "--dry-run", "--steps", "1", "--models", "smollm2-135m"]) == 0
+    assert "smollm2-135m: measured by an earlier command" in capsys.readouterr().out
+    assert json.loads((tmp_path / "actor_bench.json").read_text())["models"]["smollm2-135m"] == model
     assert actor_bench.main(["--out", str(tmp_path), "--dry-run", "--models", "llama-70b"]) == 2
     assert "unknown ['llama-70b']" in capsys.readouterr().err
 
@@ -92,3 +96,10 @@ def test_the_gpu_stage_runs_every_test_file_that_marks_gpu_tests():
 
     files = gpu_test_files()
     assert "tests/training/test_train.py" in files and "tests/gpu_kit/test_actor_bench.py" in files
+
+
+def test_a_path_whose_warm_up_outlasts_the_cap_is_recorded_slow_not_timed(monkeypatch):
+    """flex attention may compile once per packed length: a warm-up past WARMUP_CAP_S is said, not waited on."""
+    monkeypatch.setattr(actor_bench, "WARMUP_CAP_S", 0.0)
+    record = Bench(DRY, "cpu", dry_run=True, steps=3).attention_path("sdpa_packed")
+    assert record["status"] == "slow" and "not timed further" in record["why"] and "median_s" not in record
