@@ -19,6 +19,9 @@ def headline(record: dict) -> str:
         return "; ".join(p.splitlines()[0][:160] for p in record["problems"])
     if record.get("why"):
         return record["why"]
+    if "models" in results:  # a_actor_bench: each model's attention paths, seconds a step
+        return "; ".join(f"{name}: " + ", ".join(_path(path, r) for path, r in entry.get("attention", {}).items())
+                         for name, entry in results["models"].items()) or "no model measured"
     if "steps" in results:
         parts = []
         for step, metrics in sorted(results["steps"].items(), key=lambda item: int(item[0])):
@@ -50,6 +53,13 @@ def headline(record: dict) -> str:
         gpu = machine.get("nvidia_smi", "").splitlines()[0] if machine.get("nvidia_smi") else ""
         return f"torch {torch.get('version')} cuda {torch.get('cuda_available')}; {gpu}".strip("; ")
     return ", ".join(f"{k} {v}" for k, v in list(results.items())[:3] if not isinstance(v, (dict, list)))
+
+
+def _path(path: str, result: dict) -> str:
+    if result.get("status") != "ok":
+        return f"{path} {result.get('status')}"
+    mfu = f" MFU {result['mfu']:.0%}" if result.get("mfu") is not None else ""
+    return f"{path} {result.get('median_s')} s{mfu}"
 
 
 def _evaluation(name: str, found) -> str:

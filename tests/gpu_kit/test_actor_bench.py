@@ -103,3 +103,15 @@ def test_a_path_whose_warm_up_outlasts_the_cap_is_recorded_slow_not_timed(monkey
     monkeypatch.setattr(actor_bench, "WARMUP_CAP_S", 0.0)
     record = Bench(DRY, "cpu", dry_run=True, steps=3).attention_path("sdpa_packed")
     assert record["status"] == "slow" and "not timed further" in record["why"] and "median_s" not in record
+
+
+def test_the_summary_row_of_the_stage_gives_each_paths_seconds(tmp_path):
+    """summary.md's row for a_actor_bench (its record carries a torch version string, which the machine stage's
+    row once read as a dict: the export of the loan's first call would have failed)."""
+    from gpu_kit.summary import headline
+
+    assert actor_bench.main(["--out", str(tmp_path), "--dry-run", "--steps", "1", "--models", "smollm2-135m",
+                             "--attention", "sdpa_padded,varlen_packed,flex_packed", "--logprob", "chunked_fp32"]) == 0
+    record = json.loads((tmp_path / "actor_bench.json").read_text())
+    row = headline({"status": "done", "results": record})
+    assert row.startswith("smollm2-135m: sdpa_padded ") and "varlen_packed " in row and "flex_packed unavailable" in row
