@@ -248,13 +248,13 @@ class Bench:
         config = AutoConfig.for_model(**values)
         torch.manual_seed(seed)
         self.dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        with torch.device(device):  # initialised where it runs: a 1.5B model's init on the host takes minutes
+        with torch.device(device):  # initialised where it runs, not on the host and then copied
             self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype).train()
         if shape.checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.config.use_cache = False
-        self.lengths = [p + r for p, r in draw_lengths(shape, seed)]
-        self.prompts = [p for p, _ in draw_lengths(shape, seed)]
+        drawn = draw_lengths(shape, seed)
+        self.lengths, self.prompts = [p + r for p, r in drawn], [p for p, _ in drawn]
         generator = torch.Generator().manual_seed(seed)
         self.tokens = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in self.lengths]
         self.reference: dict | None = None
@@ -351,8 +351,8 @@ class Bench:
             record["agreement"] = agreement(self.reference, keep, torch)
         return record
 
-    def logprob_path(self, path: str) -> dict:
-        """lm_head, log-probs and backward over LOGPROB_TOKENS of a packed micro-batch."""
+    def logprob_path(self, path: str):
+        """lm_head, log-probs and backward over LOGPROB_TOKENS of a packed micro-batch: (record, the log-probs)."""
         torch = self.torch
         width = self.model.config.hidden_size
         tokens = min(LOGPROB_TOKENS, self.shape.token_budget, sum(self.lengths))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -230,7 +231,7 @@ def build_full_vocab_tokenizer(vocab_size: int):
     merges: list[tuple[str, str]] = []
     pairs = ((a, b) for a in alphabet for b in alphabet)
     triples = ((a + b, c) for a in alphabet for b in alphabet for c in alphabet)
-    for left, right in _chain(pairs, triples):
+    for left, right in itertools.chain(pairs, triples):
         if len(vocab) >= regular:
             break
         if left in vocab and left + right not in vocab:
@@ -241,17 +242,12 @@ def build_full_vocab_tokenizer(vocab_size: int):
                           chat_template=QWEN25_CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
 
 
-def _chain(*iterables):
-    for iterable in iterables:
-        yield from iterable
-
-
 def build_random_model(config_path: str | Path, out_dir: str | Path, *, device: str = "cpu",
                        dtype: str = "bfloat16", seed: int = 0, **shrink) -> Path:
     """Write a random-weight model of a published architecture (`config_path`: a config.json such as
     gpu_kit/models/qwen2.5-1.5b.json) with `build_full_vocab_tokenizer`, for speed measurements whose numbers must
-    not depend on what a model says. Weights are initialised on `device` (a 1.5B model's init on a CPU takes
-    minutes). `shrink` (num_hidden_layers=1, ...) overrides config keys for a CPU rehearsal."""
+    not depend on what a model says. Weights are initialised on `device` (the host's CPU unless told: its time to
+    initialise 1.5B parameters is not measured). `shrink` (num_hidden_layers=1, ...) overrides config keys for a CPU rehearsal."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 

@@ -73,8 +73,8 @@ def resolve_model_path(path: str) -> str:
 
 
 def random_model_path(name: str) -> Path:
-    """The cached random-weight model of gpu_kit/models/<name>.json (bf16, built on the host once: seconds for
-    1.5B parameters), with a tokenizer that decodes every id of its vocabulary."""
+    """The cached random-weight model of gpu_kit/models/<name>.json (bf16, built on the host's CPU the first time,
+    inside the launch), with a tokenizer that decodes every id of its vocabulary."""
     from utils import offline_models
 
     config = offline_models.REPO_MODELS / f"{name}.json"

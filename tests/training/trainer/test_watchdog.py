@@ -222,19 +222,25 @@ def test_the_heartbeat_says_what_the_guardian_needs(tmp_path):
     assert json.loads((tmp_path / "heartbeat.json").read_text())["done"]
 
 
-def test_pids_are_learned_while_processes_answer_and_a_restart_makes_a_step_unhealthy(tmp_path, monkeypatch):
-    """The census asks for pids at each step (a stopped process cannot tell its own later); a reward worker that
-    answers with another pid was restarted by Ray: that step's time is no healthy one (no bound grows from it)."""
+def answering_worker(tmp_path, monkeypatch, *pids: int) -> tuple[Watchdog, RunProcess]:
+    """A watchdog whose run has one reward worker; each probe of it answers alive with the next of `pids`."""
     worker = RunProcess("reward worker 0", None, restartable=True)
-    pids = iter([101, 202])
+    answers = iter(pids)
 
     def answer(processes, timeout):
-        worker.pid, worker.local = next(pids), True
+        worker.pid, worker.local = next(answers), True
         return [Probe(worker, ALIVE)]
 
     dog, _ = make(tmp_path)
     monkeypatch.setattr(diagnosis_module, "run_processes", lambda trainer: [worker])
     monkeypatch.setattr(diagnosis_module, "probe", answer)
+    return dog, worker
+
+
+def test_pids_are_learned_while_processes_answer_and_a_restart_makes_a_step_unhealthy(tmp_path, monkeypatch):
+    """The census asks for pids at each step (a stopped process cannot tell its own later); a reward worker that
+    answers with another pid was restarted by Ray: that step's time is no healthy one (no bound grows from it)."""
+    dog, _ = answering_worker(tmp_path, monkeypatch, 101, 202)
     dog.ready()
     dog._check(time.monotonic())
     assert dog.diagnosis.known["reward worker 0"] == (101, True) and not dog.census_due
@@ -253,17 +259,8 @@ def test_a_restart_the_watchdog_ordered_warms_up_its_own_step_only_not_the_step_
     only in step 6 (busy, or a census every 15 s while steps take 0.5 s): that is the same restart, and step 6 keeps
     the warm steps' bound (CI at 75ac890: counted again there, a tiny run's 5-s bound became 54 s). A restart Ray made
     unasked (a new pid in step 7) still warms up the step it is learned in."""
-    worker = RunProcess("reward worker 0", None, restartable=True)
-    pids = iter([101, 202, 303])
+    dog, worker = answering_worker(tmp_path, monkeypatch, 101, 202, 303)
     killed = []
-
-    def answer(processes, timeout):
-        worker.pid, worker.local = next(pids), True
-        return [Probe(worker, ALIVE)]
-
-    dog, _ = make(tmp_path)
-    monkeypatch.setattr(diagnosis_module, "run_processes", lambda trainer: [worker])
-    monkeypatch.setattr(diagnosis_module, "probe", answer)
     monkeypatch.setattr(diagnosis_module, "kill", lambda process: killed.append(process.role))
     age(dog, 30)
     dog.ready()  # 30 s of start-up: a step that warms up is bound by 4 x 30 s
