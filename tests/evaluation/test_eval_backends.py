@@ -168,3 +168,39 @@ def test_hf_backend_on_a_cpu_decodes_with_gqa_sdpa_and_greedy_answers_are_transf
     grouped = answers()
     backend.model.set_attn_implementation("sdpa")
     assert answers() == grouped
+
+
+def test_hf_greedy_drops_stopped_rows_and_answers_as_transformers_generate():
+    """The CPU greedy loop stops decoding a row at its first stop token; every answer is generate()'s, cut there.
+    A token generate() emits early in some rows and late or never in others serves as the stop token, so rows leave
+    the batch at different steps. SmolLM2 (the tiny random model says one token over and over)."""
+    import torch
+
+    from utils.offline_models import prepare_smollm2
+
+    sampling = SamplingConfig(temperature=0.0, max_tokens=16, n=1)
+    backend = build_backend(ModelConfig(path=str(prepare_smollm2()), backend="hf", dtype="float32", batch_size=6),
+                            sampling)
+    questions = ["What is 7 + 8?", "Name a colour.", "How many letters are in 'banana'? Explain briefly.",
+                 "Say hi.", "What is the capital of France? Answer in a full sentence please.", "2 * 3 = ?"]
+    reqs = [GenRequest(f"p{i}", [{"role": "user", "content": q}], [0]) for i, q in enumerate(questions)]
+    enc = backend.tokenizer([backend._render(r.messages) for r in reqs], return_tensors="pt", padding=True,
+                            add_special_tokens=False)
+    with torch.no_grad():
+        full = backend.model.generate(**enc, do_sample=False, max_new_tokens=16,
+                                      pad_token_id=backend.tokenizer.pad_token_id)[:, enc["input_ids"].shape[1]:]
+    rows = full.tolist()
+
+    def stop_lengths(token):  # each row's length when `token` stops it (16: never)
+        return {row.index(token) + 1 if token in row else 16 for row in rows}
+
+    stop = max({t for row in rows for t in row}, key=lambda t: len(stop_lengths(t)))
+    assert len(stop_lengths(stop)) >= 3  # rows leave the batch at different steps
+    backend._eos_ids = lambda: [stop]
+    got = {}
+    backend.generate(reqs, sampling,
+                     lambda r, c: got.setdefault(r.key, (c[0].text, c[0].num_tokens, c[0].finish_reason)))
+    for i, row in enumerate(rows):
+        length = row.index(stop) + 1 if stop in row else len(row)
+        finish = "stop" if stop in row else "length"
+        assert got[f"p{i}"] == (backend.tokenizer.decode(row[:length], skip_special_tokens=True), length, finish)

@@ -124,10 +124,11 @@ class ScoredColumnsHead:
 class ResponseLogitsMixin:
     """Logits, log-probs and entropy from the first scored column on, instead of at every position.
 
-    On the plain single-rank module in fp32 only (the CPU default; bf16 autocast and FSDP keep verl's path): the LM head computes the scored columns (`ScoredColumnsHead`), verl's
-    own `prepare_model_outputs` turns those logits into log-probs and entropy on the kept part of each sequence,
-    and the result is scattered back into verl's whole-sequence layout, zero at the prompt positions, which verl's
-    losses slice away (`no_padding_2_padding`). Every value a loss reads is the same computation on the same row,
+    On the plain single-rank module in fp32 only (the CPU default; bf16 autocast and FSDP keep verl's path): the
+    LM head computes the scored columns (`ScoredColumnsHead`), verl's own `prepare_model_outputs` turns those
+    logits into log-probs and entropy on the kept part of each sequence, and the result is scattered back into
+    verl's whole-sequence layout, zero at the prompt positions, which verl's losses slice away
+    (`no_padding_2_padding`). Every value a loss reads is the same computation on the same row,
     and the head's weight gradient is summed as before, so a run keeps its bits (tests/training/cpu_backend).
     """
 
