@@ -11,7 +11,7 @@ offload. With two or more ranks it is verl's FSDP2 engine unchanged.
 Mixed precision keeps its meaning: verl's forward runs under autocast to `fsdp_config.mixed_precision.param_dtype`
 unless that is fp32 (the CPU default), and the weights stay in the dtype they were loaded in.
 
-The language-model engine also asks the model for logits from the first scored position on (`ResponseLogitsMixin`):
+The language-model engine also asks the model for logits from the first scored position on (`ScoredColumnsMixin`):
 verl computes logits, log-softmax and entropy over every prompt token and then drops them, and on a CPU the LM head
 is a fifth of a small model's per-token compute (BENCHMARKS.md, issue 49).
 """
@@ -121,7 +121,7 @@ class ScoredColumnsHead:
         return cls(head)
 
 
-class ResponseLogitsMixin:
+class ScoredColumnsMixin:
     """Logits, log-probs and entropy from the first scored column on, instead of at every position.
 
     On the plain single-rank module in fp32 only (the CPU default; bf16 autocast and FSDP keep verl's path): the
@@ -169,7 +169,7 @@ class ResponseLogitsMixin:
         return kept_output
 
 
-class SingleRankEngineWithLMHead(ResponseLogitsMixin, _SingleRankMixin, FSDPEngineWithLMHead):
+class SingleRankEngineWithLMHead(ScoredColumnsMixin, _SingleRankMixin, FSDPEngineWithLMHead):
     """verl's language-model engine (actor, reference) for the CPU backend."""
 
 
