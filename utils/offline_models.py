@@ -247,7 +247,8 @@ def build_random_model(config_path: str | Path, out_dir: str | Path, *, device: 
     """Write a random-weight model of a published architecture (`config_path`: a config.json such as
     gpu_kit/models/qwen2.5-1.5b.json) with `build_full_vocab_tokenizer`, for speed measurements whose numbers must
     not depend on what a model says. Weights are initialised on `device` (the host's CPU unless told: its time to
-    initialise 1.5B parameters is not measured). `shrink` (num_hidden_layers=1, ...) overrides config keys for a CPU rehearsal."""
+    initialise 1.5B parameters is not measured). `shrink` (num_hidden_layers=1, ...) overrides config keys for a CPU
+    rehearsal."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 

@@ -80,7 +80,7 @@ class HFBackend:
         transformers' `generate()` decodes a stopped row on to the batch's end: on the quickstart's suite, batches of
         64 did 1.8-2x the row-steps their answers needed. Every row runs the forward `generate()` runs (the same
         prompt batch, positions, mask and KV cache, fewer rows) and takes the argmax of its fp32 logits, so each
-        answer is `generate()`'s (tests; the whole suite in bench/bench_eval_hf_greedy.py).
+        answer is `generate()`'s (tests; the whole suite in `bench/bench_eval_hf.py --compare greedy`).
         """
         import torch
 
