@@ -126,12 +126,13 @@ install-flash-attn: install-gpu
 gpu-kit: install
 	$(PY) -m gpu_kit.prepare --pip $(PIP_VERSION) $(GPU_KIT_ARGS)
 
-# Training, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the base model's result is cached).
+# Training into checkpoints/rg-grpo/quickstart, then the held-out comparison (configs/eval/quickstart.yaml, greedy; the
+# base model's result is cached; on a CPU it is evaluated beside training, at idle priority): training/report/pipeline.py.
 QUICKSTART_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_PY),$(PY))
 quickstart: $(if $(filter gpu,$(DEVICE)),install-gpu,install)
-	$(QUICKSTART_PY) training/train_grpo.py --config-name quickstart trainer.device=$(if $(filter gpu,$(DEVICE)),cuda,cpu)
-	$(QUICKSTART_PY) -m training.pipeline --config-name quickstart --trained checkpoints/rg-grpo/quickstart \
-	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]"
+	$(QUICKSTART_PY) -m training.pipeline --config-name quickstart --checkpoints checkpoints/rg-grpo/quickstart \
+	  --run-dir checkpoints/rg-grpo/quickstart/heldout --eval-override "decoding=[greedy]" \
+	  trainer.device=$(if $(filter gpu,$(DEVICE)),cuda,cpu)
 
 # Headless Chromium for the generation viewer's browser tests (tests/utils/test_generation_viewer.py skips them without it):
 # the OS package (Debian: ~50 s, 113 MB). Without root and apt-get it only says so.

@@ -3,10 +3,13 @@
     python -m training.pipeline --config-name quickstart --run-dir runs/quickstart [hydra overrides ...]
         [--eval-config configs/eval/smoke.yaml] [--eval-backend hf] [--eval-override suite.size=8 ...]
     python -m training.pipeline --config-name quickstart --run-dir RUN --trained checkpoints/rg-grpo/quickstart
-        (a run trained already: export, evaluate and compare only; `make quickstart` ends with this)
+        (a run trained already: export, evaluate and compare only)
+    python -m training.pipeline --config-name quickstart --checkpoints checkpoints/rg-grpo/quickstart \
+        --run-dir checkpoints/rg-grpo/quickstart/heldout   (training's folder chosen: `make quickstart`)
 
 Stages, each the command a user would run, in its own process:
-  1. train      training/train_grpo.py with checkpoints in RUN/checkpoints (verl resumes; a finished run exits 0)
+  1. train      training/train_grpo.py with checkpoints in RUN/checkpoints or --checkpoints (verl resumes; a
+                finished run exits 0); its console lines are shown as well as logged
   2. export     utils/load_fsdp_to_hf.py of the latest checkpoint -> RUN/model
   3. eval-base  evaluation/evaluate_model.py on the base model -> RUN/eval/base (cached: evaluated once per model,
                 suite, scoring and sampling)
@@ -18,6 +21,10 @@ temperature, top_p and max tokens); `--eval-override` may still change them, for
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
 command it would run (and re-exports when training went further). The evaluator resumes its own partial runs.
 The eval suite is `env.eval_suite` of the training config unless --eval-config is given.
+On a CPU (HF backend) the base model's evaluation runs beside training, in one thread at idle priority
+(SCHED_IDLE: it runs only when training leaves a core idle, which its start-up, validation and generation do), and
+training is then waited for; `--one-at-a-time` runs the stages one after another. The evaluator's answers are the
+same bits in one thread as in two (BENCHMARKS.md), so either order writes the same results.
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from envs.run_scoring import SCORING
 from training.report.verdict import one_answer_gains, plot_summary, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +55,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--eval-override", action="append", default=[], help="key=value for the eval suite")
     parser.add_argument("--trained", type=Path, default=None,
                         help="a finished training run's folder (trainer.default_local_dir): skip training, use it")
-    return parser.parse_known_args(argv)
+    parser.add_argument("--checkpoints", type=Path, default=None,
+                        help="training's folder (trainer.default_local_dir; default RUN/checkpoints)")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="on a CPU, evaluate the base model after training instead of beside it")
+    args, overrides = parser.parse_known_args(argv)
+    if args.trained is not None and args.checkpoints is not None:
+        parser.error("--trained DIR is a finished run's folder, --checkpoints DIR one to train into: give one")
+    return args, overrides
 
 
 def resolved_training_config(config_name: str, overrides: list[str]):
@@ -81,36 +97,133 @@ class Run:
         path = self.dir / "stages" / f"{stage}.json"
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def stage(self, stage: str, cmd: list[str], key: dict, outputs: tuple[Path, ...] = ()) -> None:
+    def done(self, stage: str, cmd: list[str], key: dict) -> bool:
+        """Whether the stage's record holds this command and key (a rerun skips it)."""
+        record = self.record(stage)
+        return record is not None and record["cmd"] == cmd and record["key"] == key
+
+    def stage(self, stage: str, cmd: list[str], key: dict, outputs: tuple[Path, ...] = (), *,
+              show: bool = False, quiet: bool = False) -> None:
         """Runs `cmd` unless the stage's record holds the same command and key; records it when it succeeds.
         When the key changed (e.g. a newer checkpoint), `outputs` are removed first so that nothing stale is
-        resumed; after an interrupted run with the same key they are kept (the evaluator resumes them)."""
-        done = self.record(stage)
-        if done is not None and done["cmd"] == cmd and done["key"] == key:
-            print(f"[pipeline] {stage}: done earlier ({done['seconds']:.0f} s), skipped", flush=True)
+        resumed; after an interrupted run with the same key they are kept (the evaluator resumes them).
+        `show`: the command's output goes to the console as well as to the stage's log. `quiet`: a skip says nothing.
+        """
+        if quiet and self.done(stage, cmd, key):
             return
+        started = self.start(stage, cmd, key, outputs, show=show)
+        if started is not None:
+            started.wait()
+
+    def start(self, stage: str, cmd: list[str], key: dict, outputs: tuple[Path, ...] = (), *, show: bool = False,
+              beside: str | None = None) -> "Started | None":
+        """Starts the stage's command (see `stage`) and returns it running; None when its record says it is done.
+        `beside`: what it runs beside, said on the console; it then runs in one thread at idle priority."""
+        done = self.record(stage)
+        if self.done(stage, cmd, key):
+            print(f"[pipeline] {stage}: done earlier ({done['seconds']:.0f} s), skipped", flush=True)
+            return None
         if done is not None and done["key"] != key:
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
         log = self.dir / "logs" / f"{stage}.log"
-        print(f"[pipeline] {stage}: ", end="", flush=True)  # one line a stage: "finished in N s (log ...)" follows
-        start = time.perf_counter()
         log.parent.mkdir(exist_ok=True)
-        with open(log, "a") as out:
-            out.write(f"$ {' '.join(cmd)}\n")
-            out.flush()
-            code = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                  env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
+        out = open(log, "a")
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        terminal = show and sys.stdout.isatty()  # the command draws its own progress bar there: let it
+        if beside:
+            env.update(OMP_NUM_THREADS="1")
+            print(f"[pipeline] {stage}: started beside {beside}, in one thread at idle priority "
+                  f"(command and output: {_short(log)})", flush=True)
+        elif show:
+            where = "its own logs" if terminal else _short(log)
+            print(f"[pipeline] {stage}: {' '.join(cmd[1:4])} ... (its output below; also in {where})", flush=True)
+            if terminal:
+                out.write("(its output went to the terminal; the training run's own logs are in its logs/ folder)\n")
+                out.flush()
+        else:
+            print(f"[pipeline] {stage}: ", end="", flush=True)  # "finished in N s (log ...)" follows on this line
+        stdout = None if terminal else subprocess.PIPE if show else out
+        process = subprocess.Popen(cmd, cwd=REPO, stdout=stdout, stderr=None if terminal else subprocess.STDOUT,
+                                   env=env, text=True)
+        if beside:
+            _idle_priority(process.pid)  # before it has imported anything, let alone started a thread
+        return Started(self, stage, cmd, key, log, out, process, beside if beside else "" if show else None)
+
+
+class Started:
+    """A stage's command, running: `wait` streams its output (when shown), then records it or exits with its log."""
+
+    def __init__(self, run: Run, stage: str, cmd: list[str], key: dict, log: Path, out, process,
+                 beside: str | None):
+        self.run, self.stage, self.cmd, self.key, self.log, self.out = run, stage, cmd, key, log, out
+        self.process, self.start, self.beside = process, time.perf_counter(), beside
+        self.launched = time.time()  # wall clock, to compare with files' modification times
+
+    def wait(self) -> None:
+        if self.beside and self.process.poll() is None:
+            print(f"[pipeline] {self.stage}: still running ({time.perf_counter() - self.start:.0f} s so far), "
+                  "waiting for it", flush=True)
+        if self.process.stdout is not None:
+            for line in self.process.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                self.out.write(line)
+        code = self.process.wait()
+        self.out.close()
+        own_line = self.beside is not None  # else "[pipeline] STAGE: " waits on the console for how it ended
+        prefix = f"[pipeline] {self.stage}: " if own_line else ""
         if code:
-            tail = log.read_text()[-3000:]
-            sys.exit(f"failed (exit {code}); log: {log}\n{tail}\n"
+            tail = self.log.read_text()[-3000:]
+            sys.exit(f"{prefix}failed (exit {code}); log: {self.log}\n{tail}\n"
                      f"[pipeline] fix it and run the same command again: finished stages are skipped")
-        seconds = time.perf_counter() - start
-        record = {"cmd": cmd, "key": key, "seconds": seconds}
-        tmp = self.dir / "stages" / f".{stage}.json.tmp"
+        seconds = time.perf_counter() - self.start
+        record = {"cmd": self.cmd, "key": self.key, "seconds": seconds}
+        tmp = self.run.dir / "stages" / f".{self.stage}.json.tmp"
         tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, self.dir / "stages" / f"{stage}.json")
-        print(f"finished in {seconds:.0f} s (command and output: {_short(log)})", flush=True)
+        os.replace(tmp, self.run.dir / "stages" / f"{self.stage}.json")
+        how = f" beside {self.beside}" if self.beside else ""
+        print(f"{prefix}finished{how} in {seconds:.0f} s (command and output: {_short(self.log)})", flush=True)
+
+    def stop(self) -> None:
+        """Ends the command early (the run stops: a failed or interrupted stage beside it); its partial outputs stay
+        for the evaluator to resume."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.out.close()
+
+
+def _idle_priority(pid: int) -> None:
+    """Gives process `pid` the CPU only when nothing else wants it (Linux SCHED_IDLE; else nice 19)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
+def start_beside(run: Run, train: Started, ready: Path, stage: str, cmd: list[str], key: dict) -> list:
+    """Starts `stage` beside training once training has written `ready` (its scoring.json, which the evaluator's
+    --from-run reads) in this launch; returns a list that then holds the started stage (empty if training ended
+    first). A thread, because the console streams training's output meanwhile."""
+    started: list = []
+
+    def watch() -> None:
+        while train.process.poll() is None:
+            if ready.is_file() and ready.stat().st_mtime >= train.launched:
+                started.append(run.start(stage, cmd, key, beside="training"))
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=watch, name=f"start {stage}", daemon=True)
+    thread.start()
+    started.append(thread)
+    return started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,19 +231,38 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(args.run_dir)
     cfg, base_model = resolved_training_config(args.config_name, overrides)
     suite = args.eval_config or cfg.env.get("eval_suite") or "configs/eval/smoke.yaml"
-    backend = args.eval_backend
-    if backend is None:
-        import torch
+    import torch
 
-        backend = "hf" if not torch.cuda.is_available() else None
+    on_cpu = not torch.cuda.is_available()
+    backend = args.eval_backend or ("hf" if on_cpu else None)
     py = sys.executable
-    if args.trained is None:
-        checkpoints = run.dir / "checkpoints"
-        run.stage("train", [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
-                            f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"],
-                  key={})
-    else:
-        checkpoints = args.trained.resolve()
+    checkpoints = (args.trained or args.checkpoints or run.dir / "checkpoints").resolve()
+    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), "--from-run", str(checkpoints),
+                *(["--backend", backend] if backend else [])]
+    eval_overrides = list(args.eval_override)
+    base_cmd = [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
+                *eval_overrides]
+    base: list = []  # [thread that starts it, the started eval-base] when it runs beside training
+    try:
+        if args.trained is None:
+            train_cmd = [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
+                         f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"]
+            train = run.start("train", train_cmd, key={}, show=True)
+            if train is not None and on_cpu and backend == "hf" and not args.one_at_a_time \
+                    and not run.done("eval-base", base_cmd, {}):  # the evaluator takes the cores training leaves
+                base = start_beside(run, train, checkpoints / SCORING, "eval-base", base_cmd, {})
+            if train is not None:
+                train.wait()
+        if base:
+            base[0].join()
+        if len(base) == 2 and base[1] is not None:
+            base[1].wait()
+    finally:  # training failed or was interrupted: the evaluation beside it stops too (it resumes next time)
+        if base:
+            base[0].join()
+        for started in base[1:]:
+            if started is not None:
+                started.stop()
     step = latest_step(checkpoints)
     if step is None:
         sys.exit(f"[pipeline] training left no checkpoint in {checkpoints}: set trainer.save_freq so that the last "
@@ -139,11 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     trained_key = {"step": step, "written": (checkpoints / f"global_step_{step}").stat().st_mtime_ns}
     run.stage("export", [py, "utils/load_fsdp_to_hf.py", str(checkpoints), str(run.dir / "model"), "--force",
                          "--quiet"], key=trained_key)
-    evaluate = [py, "evaluation/evaluate_model.py", "--config", str(suite), "--from-run", str(checkpoints),
-                *(["--backend", backend] if backend else [])]
-    eval_overrides = list(args.eval_override)
-    run.stage("eval-base", [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
-                            *eval_overrides], key={})
+    run.stage("eval-base", base_cmd, key={}, quiet=len(base) == 2)  # done beside training: said already
     run.stage("eval-trained", [*evaluate, "--model", str(run.dir / "model"), "--output",
                                str(run.dir / "eval" / "trained"), *eval_overrides], key=trained_key,
               outputs=(run.dir / "eval" / "trained",))
