@@ -116,9 +116,10 @@ class Run:
             started.wait()
 
     def start(self, stage: str, cmd: list[str], key: dict, outputs: tuple[Path, ...] = (), *, show: bool = False,
-              beside: str | None = None) -> "Started | None":
+              beside: str | None = None, env: dict | None = None) -> "Started | None":
         """Starts the stage's command (see `stage`) and returns it running; None when its record says it is done.
-        `beside`: what it runs beside, said on the console; it then runs in one thread at idle priority."""
+        `beside`: what it runs beside, said on the console; it then runs in one thread at idle priority.
+        `env`: environment variables the command gets on top of ours."""
         done = self.record(stage)
         if self.done(stage, cmd, key):
             print(f"[pipeline] {stage}: done earlier ({done['seconds']:.0f} s), skipped", flush=True)
@@ -131,7 +132,7 @@ class Run:
         out = open(log, "a")
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         terminal = show and sys.stdout.isatty()  # the command draws its own progress bar there: let it
         if beside:
             env.update(OMP_NUM_THREADS="1")
@@ -247,9 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.trained is None:
             train_cmd = [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
                          f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"]
-            train = run.start("train", train_cmd, key={}, show=True)
-            if train is not None and on_cpu and backend == "hf" and not args.one_at_a_time \
-                    and not run.done("eval-base", base_cmd, {}):  # the evaluator takes the cores training leaves
+            beside = on_cpu and backend == "hf" and not args.one_at_a_time and not run.done("eval-base", base_cmd, {})
+            # beside: the evaluator takes the cores training leaves idle. Ray starts its workers at nice 15, where an
+            # idle-priority process still gets 3/39 of a contended core (CFS weights); at nice 0 it gets 3/1027.
+            train = run.start("train", train_cmd, key={}, show=True,
+                              env={"RAY_worker_niceness": "0"} if beside else None)
+            if train is not None and beside:
                 base = start_beside(run, train, checkpoints / SCORING, "eval-base", base_cmd, {})
             if train is not None:
                 train.wait()

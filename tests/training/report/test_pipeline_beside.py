@@ -24,7 +24,7 @@ time.sleep(1.0)
 tmp = ready.with_suffix(".tmp"); tmp.write_text("{}"); os.replace(tmp, ready)
 Path(sys.argv[2]).write_text(repr(time.time()))
 time.sleep(1.0)
-print("training done")
+print("training done, workers at nice", os.environ.get("RAY_worker_niceness"))
 sys.exit(int(sys.argv[3]))
 """
 # the evaluator's stand-in: says when it started, its scheduling policy and thread setting, then works a while
@@ -47,7 +47,7 @@ def beside_run(tmp_path: Path, train_exit: int, eval_seconds: float):
     run = Run(tmp_path / "run")
     written, seen = tmp_path / "written", tmp_path / "seen"
     train = run.start("train", [sys.executable, "-c", TRAIN, str(ready), str(written), str(train_exit)], {},
-                      show=True)
+                      show=True, env={"RAY_worker_niceness": "0"})  # what the pipeline gives training beside it
     base = start_beside(run, train, ready, "eval-base", [sys.executable, "-c", EVAL, str(seen), str(eval_seconds)],
                         {})
     return run, train, base, written, seen
@@ -66,7 +66,7 @@ def test_the_evaluation_starts_after_this_launch_writes_scoring_and_runs_at_idle
     assert record["cmd"][-2:] == [str(seen), "0.5"] and record["key"] == {}
     assert run.done("eval-base", record["cmd"], {})  # the pipeline's own eval-base stage then skips it
     console = capsys.readouterr().out
-    assert "training done" in console  # training's output is shown as it comes
+    assert "training done, workers at nice 0" in console  # training's output is shown as it comes
     assert "[pipeline] eval-base: started beside training, in one thread at idle priority" in console
     assert "[pipeline] eval-base: finished beside training in" in console
 
