@@ -162,6 +162,13 @@ class Started:
         self.run, self.stage, self.cmd, self.key, self.log, self.out = run, stage, cmd, key, log, out
         self.process, self.start, self.beside = process, time.perf_counter(), beside
         self.launched = time.time()  # wall clock, to compare with files' modification times
+        self.ended: float | None = None  # when the command exited (a stage beside another ends unwatched)
+        if beside:
+            threading.Thread(target=self._note_end, name=f"{stage} ended", daemon=True).start()
+
+    def _note_end(self) -> None:
+        self.process.wait()
+        self.ended = time.perf_counter()
 
     def wait(self) -> None:
         if self.beside and self.process.poll() is None:
@@ -180,7 +187,7 @@ class Started:
             tail = self.log.read_text()[-3000:]
             sys.exit(f"{prefix}failed (exit {code}); log: {self.log}\n{tail}\n"
                      f"[pipeline] fix it and run the same command again: finished stages are skipped")
-        seconds = time.perf_counter() - self.start
+        seconds = (self.ended or time.perf_counter()) - self.start
         record = {"cmd": self.cmd, "key": self.key, "seconds": seconds}
         tmp = self.run.dir / "stages" / f".{self.stage}.json.tmp"
         tmp.write_text(json.dumps(record, indent=1))

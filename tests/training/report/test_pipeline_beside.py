@@ -15,7 +15,7 @@ import pytest
 
 from training.report.pipeline import Run, start_beside
 
-# training's stand-in: an old scoring.json is already there; the new one comes after 1 s; then it works 1 s more
+# training's stand-in: an old scoring.json is already there; the new one comes after 1 s; then it works 3 s more
 TRAIN = """
 import os, sys, time
 from pathlib import Path
@@ -23,7 +23,7 @@ ready = Path(sys.argv[1])
 time.sleep(1.0)
 tmp = ready.with_suffix(".tmp"); tmp.write_text("{}"); os.replace(tmp, ready)
 Path(sys.argv[2]).write_text(repr(time.time()))
-time.sleep(1.0)
+time.sleep(3.0)
 print("training done, workers at nice", os.environ.get("RAY_worker_niceness"))
 sys.exit(int(sys.argv[3]))
 """
@@ -64,6 +64,7 @@ def test_the_evaluation_starts_after_this_launch_writes_scoring_and_runs_at_idle
     assert info["policy"] == getattr(os, "SCHED_IDLE", info["policy"]) and info["omp"] == "1"
     record = run.record("eval-base")
     assert record["cmd"][-2:] == [str(seen), "0.5"] and record["key"] == {}
+    assert record["seconds"] < 2.5  # its own time (0.5 s of work), not the 3 s until training ended
     assert run.done("eval-base", record["cmd"], {})  # the pipeline's own eval-base stage then skips it
     console = capsys.readouterr().out
     assert "training done, workers at nice 0" in console  # training's output is shown as it comes
