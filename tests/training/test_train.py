@@ -140,25 +140,32 @@ def reproducible(metrics: dict[str, float]) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_one_seed_gives_one_run_resumed_or_not(trained, tiny_run, tmp_path):
+def test_one_seed_gives_one_run_resumed_or_not_validating_or_not(trained, tiny_run, tmp_path):
     """A new run of the same seed and config takes the very steps the fixture's run took, step 3 included (which the
     fixture took in a resumed process): the same prompts, responses and rewards, and the same step metrics to the last
     bit (sums over the batch, so the batch's order counts too). README "Reproducible runs"; the CPU backend only:
-    vLLM's batches on a GPU are not reproduced."""
+    vLLM's batches on a GPU are not reproduced. The new run also validates (before training, at step 2 and at its
+    last step), which the fixture's does not: validation samples through the same rollout server, and training must
+    not notice (the CPU quickstart leaves validation out on that ground, configs/quickstart.yaml)."""
     run_dir, first, resumed = trained
     if "cuda" in run_dir.name:
         pytest.skip("a GPU run repeats its seeds but not its batches' numbers (README)")
-    train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3")
+    output = train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3", "trainer.val_before_train=true",
+                   "trainer.test_freq=2")
+    assert "[val] before training" in output and "[val] at step 2" in output, output[-3000:]
     for step in (1, 2, 3):
         expected = reproducible(step_metrics(run_logs(run_dir), step))
         got = reproducible(step_metrics(run_logs(tmp_path), step))
+        validated = {key for key in got if key.startswith("val-")}  # a validation is logged with its step
+        assert bool(validated) == (step >= 2), (step, sorted(validated))  # at test_freq and at the last step
+        got = {key: value for key, value in got.items() if key not in validated}
         assert got == expected, {k: (expected.get(k), got.get(k)) for k in expected.keys() | got.keys()
                                  if expected.get(k) != got.get(k)}
         assert rollout_rows(tmp_path, step) == rollout_rows(run_dir, step)
     assert len({row["output"] for step in (1, 2, 3) for row in rollout_rows(tmp_path, step)}) > 1
     # the same through utils/compare_runs.py, which also compares the actor's weights at step 3 bitwise
-    compare = subprocess.run([sys.executable, "utils/compare_runs.py", str(run_dir / "ckpt"), str(tmp_path / "ckpt")],
-                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    compare = subprocess.run([sys.executable, "utils/compare_runs.py", str(run_dir / "ckpt"), str(tmp_path / "ckpt"),
+                              "--training-only"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert compare.returncode == 0 and "actor weights at step 3: bitwise identical" in compare.stdout, (
         compare.stdout + compare.stderr[-3000:])
 

@@ -3,8 +3,9 @@
 `verdict_sentence` reads the held-out comparison (evaluation.compare) and says, in one sentence, what the paired
 95% interval of the overall change decides; the greedy comparison is the decided one when both decodings ran
 (`make quickstart` runs greedy only). `plot_summary` draws `summary.png`: the in-training validation accuracy as a
-curve (training/report/report.py reads it from the run's validation dumps) beside each held-out group's
-base -> trained accuracy with the paired interval of its change.
+curve (training/report/report.py reads it from the run's validation dumps; a run without validation, as the CPU
+quickstart, gets its training accuracy per step) beside each held-out group's base -> trained accuracy with the paired
+interval of its change.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from evaluation.compare import interval_text, verdict
 from evaluation.report import fmt
-from training.report.report import ALL, RunData, with_all, write_atomic
+from training.report.report import ALL, RunData, pooled, write_atomic
 
 
 def decided(cmps: dict[str | None, dict]) -> tuple[str, dict] | None:
@@ -116,7 +117,7 @@ def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
     fig = Figure(figsize=(13, 5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     validation, heldout = fig.subplots(1, 2)
-    _draw_validation(validation, data)
+    _draw_training(validation, data)
     chosen = decided(cmps)
     if chosen is None:
         heldout.text(0.5, 0.5, "no held-out comparison", ha="center", va="center", transform=heldout.transAxes)
@@ -127,23 +128,37 @@ def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
     fig.savefig(path, format="png")
 
 
-def _draw_validation(ax, data: RunData) -> None:
-    steps = sorted(data.validation)
-    if not steps:
-        ax.text(0.5, 0.5, "no in-training validation", ha="center", va="center", transform=ax.transAxes)
+def training_curves(data: RunData) -> tuple[str, str, dict[str, list[tuple[int, float]]]]:
+    """(title, y label, {task: [(step, accuracy)]}) of the summary's left panel: the in-training validation where the
+    run validated, else the accuracy of the responses each step trained on (the CPU quickstart does not validate: the
+    held-out comparison is its before and after); {} when the run wrote neither."""
+    if data.validation:
+        title, label, per_step = ("in-training validation (sampled as configured)", "validation accuracy",
+                                  dict(sorted(data.validation.items())))
+    else:
+        title, label, per_step = ("training accuracy per step (the responses it trained on)", "training accuracy",
+                                  {step: entry["tasks"] for step, entry in sorted(data.steps.items())})
+    if len({task for means in per_step.values() for task in means}) > 1:  # pooled, at a step that drew one task too
+        per_step = {step: {ALL: pooled(means.values()), **means} for step, means in per_step.items()}
+    tasks = list(dict.fromkeys(task for means in per_step.values() for task in means))
+    return title, label, {task: [(step, means[task]["accuracy"]) for step, means in per_step.items() if task in means]
+                          for task in tasks}
+
+
+def _draw_training(ax, data: RunData) -> None:
+    title, label, curves = training_curves(data)
+    if not curves:
+        ax.text(0.5, 0.5, "no in-training validation or steps", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return
-    per_step = {step: with_all(data.validation[step]) for step in steps}
-    tasks = list(dict.fromkeys(task for step in steps for task in per_step[step]))
-    for task in tasks:
-        points = [(step, per_step[step][task]["accuracy"]) for step in steps if task in per_step[step]]
-        overall = task == ALL or len(tasks) == 1
-        ax.plot(*zip(*points), marker="o", linewidth=2.5 if overall else 1, alpha=1 if overall else 0.6,
-                color="black" if overall else None, label=task)
+    for task, points in curves.items():
+        overall = task == ALL or len(curves) == 1
+        ax.plot(*zip(*points), marker="o", markersize=4 if len(points) > 5 else 6, linewidth=2.5 if overall else 1,
+                alpha=1 if overall else 0.6, color="black" if overall else None, label=task)
     ax.set_xlabel("training step")
-    ax.set_ylabel("validation accuracy")
+    ax.set_ylabel(label)
     ax.set_ylim(0, 1.05)
-    ax.set_title("in-training validation (sampled as configured)", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 

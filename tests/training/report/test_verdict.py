@@ -4,7 +4,7 @@ writes them."""
 from pathlib import Path
 
 from training.report.report import RunData
-from training.report.verdict import decided, one_answer_gains, plot_summary, verdict_sentence
+from training.report.verdict import decided, one_answer_gains, plot_summary, training_curves, verdict_sentence
 
 
 def comparison(base: float, trained: float, ci: tuple[float, float] | None, temperature: float = 0.0) -> dict:
@@ -78,6 +78,24 @@ def test_a_gain_from_one_repeated_answer_is_named():
 def test_greedy_decides_when_both_decodings_ran():
     cmps = {"sampled": comparison(0.2, 0.3, (0.05, 0.15), temperature=1.0), "greedy": comparison(0.3, 0.31, (-0.02, 0.04))}
     assert decided(cmps)[0] == "greedy" and verdict_sentence(cmps).startswith("Not resolved: held-out greedy")
+
+
+def test_the_left_panel_is_validation_where_the_run_validated_else_training_accuracy(tmp_path):
+    """The CPU quickstart trains without validation (the held-out comparison is its before and after): its summary
+    draws the accuracy of the responses each step trained on, per task and pooled; a validating run keeps its curve."""
+    def means(accuracy, samples=8):
+        return {"reward": accuracy, "accuracy": accuracy, "answer_rate": 0.0, "samples": samples}
+
+    steps = {1: {"tasks": {"chain_sum": means(0.0), "letter_counting": means(0.5, 24)}, "zero_variance_groups": 0.5},
+             2: {"tasks": {"letter_counting": means(0.25, 32)}, "zero_variance_groups": 0.0}}
+    title, label, curves = training_curves(RunData(run_dir=tmp_path, steps=steps))
+    assert title.startswith("training accuracy") and label == "training accuracy"
+    # pooled over the step's 32 responses; a task a step did not draw has no point there
+    assert curves == {"all": [(1, 0.375), (2, 0.25)], "chain_sum": [(1, 0.0)], "letter_counting": [(1, 0.5), (2, 0.25)]}
+    validation = {0: {"chain_sum": means(0.1)}, 20: {"chain_sum": means(0.4)}}
+    title, label, curves = training_curves(RunData(run_dir=tmp_path, steps=steps, validation=validation))
+    assert title.startswith("in-training validation") and curves == {"chain_sum": [(0, 0.1), (20, 0.4)]}
+    assert training_curves(RunData(run_dir=tmp_path))[2] == {}
 
 
 def test_summary_png_draws_with_and_without_validation(tmp_path):
