@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evaluation.compare import interval_text, load_comparisons  # noqa: E402
-from training.report.verdict import decided  # noqa: E402
+from training.report.verdict import decided, verdict_sentence  # noqa: E402
 
 def run_length(steps: int) -> list[str]:
     """Overrides that train `steps` steps with one checkpoint and one validation, at the end."""
@@ -38,8 +38,9 @@ def run_length(steps: int) -> list[str]:
 # Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
 # The quickstart trained ten steps until "steps20" was shipped; the recipes measured then name their ten steps.
 TEN_STEPS = run_length(10)
+BEYOND = "beyond prior"  # the row of the tasks no answer repeated can carry, which the verdict decides on
 RECIPES: dict[str, list[str]] = {
-    "shipped": [],  # configs/quickstart.yaml as it is now (steps20's settings)
+    "shipped": [],  # configs/quickstart.yaml as it is now: steps20's training, without its two validations
     # the quickstart until issue 35: lr 1e-5 (ten CPU steps moved held-out greedy accuracy by a few points either way)
     "lr1e-5": ["actor_rollout_ref.actor.optim.lr=1e-5", *TEN_STEPS],
     # the same 32 responses a step from 8 prompts x 4 samples instead of 4 x 8: twice the questions per gradient
@@ -96,26 +97,35 @@ def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dic
     train_s = run_logged(train_cmd, train_log)
     print(f"[recipe] {name} seed {seed}: trained in {train_s:.0f} s; held-out comparison", flush=True)
     judge_s = run_logged(judge_cmd, workdir / name / f"seed{seed}.judge.log")
-    _, cmp = decided(load_comparisons(str(run / "heldout" / "eval" / "compare")))  # the comparison the verdict reads
+    cmps = load_comparisons(str(run / "heldout" / "eval" / "compare"))
+    _, cmp = decided(cmps)  # the comparison the verdict reads
     rows = {row["key"]: row for row in [*cmp["groups"], cmp["overall"]]}
+    if (cmp.get("beyond_prior") or {}).get("ci95"):  # the pool the verdict decides on (evaluation/compare.py)
+        rows[BEYOND] = cmp["beyond_prior"]
     return {"recipe": name, "overrides": overrides, "seed": seed, "train_seconds": round(train_s, 1),
             "judge_seconds": round(judge_s, 1), "commands": [" ".join(train_cmd), " ".join(judge_cmd)],
             "rows": {key: {k: row.get(k) for k in ("base", "trained", "paired_delta", "ci95", "verdict")}
-                     for key, row in rows.items()}}
+                     for key, row in rows.items()},
+            "verdict": verdict_sentence(cmps)}
 
 
-def cell(row: dict) -> str:
-    return (f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} {interval_text(row)} "
-            f"{row['verdict']}")
+def cell(row: dict | None) -> str:
+    if row is None:  # a record written before the verdict decided beyond the prior
+        return "-"
+    verdict = row.get("verdict") or ("better (resolved)" if row["ci95"][0] > 0 else
+                                     "worse (resolved)" if row["ci95"][1] < 0 else "not resolved")
+    return f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} {interval_text(row)} {verdict}"
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| recipe | env.seed | training | held-out comparison | in_mix | probe | overall |",
-             "|---|---:|---:|---:|---|---|---|"]
+    lines = ["| recipe | env.seed | training | held-out comparison | in_mix | probe | overall | beyond prior | verdict |",
+             "|---|---:|---:|---:|---|---|---|---|---|"]
     for r in records:
         rows = r["rows"]
+        said = r.get("verdict", "").split(":")[0] or "-"  # "Training helped", "Not resolved beyond an answer prior"
         lines.append(f"| {r['recipe']} | {r['seed']} | {r['train_seconds']:.0f} s | {r['judge_seconds']:.0f} s | "
-                     f"{cell(rows['in_mix'])} | {cell(rows['probe'])} | {cell(rows['overall'])} |")
+                     f"{cell(rows['in_mix'])} | {cell(rows['probe'])} | {cell(rows['overall'])} | "
+                     f"{cell(rows.get(BEYOND))} | {said} |")
     return "\n".join(lines)
 
 
