@@ -215,23 +215,35 @@ def _idle_priority(pid: int) -> None:
         os.setpriority(os.PRIO_PROCESS, pid, 19)
 
 
-def start_beside(run: Run, train: Started, ready: Path, stage: str, cmd: list[str], key: dict) -> list:
-    """Starts `stage` beside training once training has written `ready` (its scoring.json, which the evaluator's
-    --from-run reads) in this launch; returns a list that then holds the started stage (empty if training ended
-    first). A thread, because the console streams training's output meanwhile."""
-    started: list = []
+class Beside:
+    """A stage started beside training once training has written `ready` (its scoring.json, which the evaluator's
+    --from-run reads) in this launch; `started` is that stage running, None until then (and if training ends first).
+    A thread watches for the file, because the console streams training's output meanwhile."""
 
-    def watch() -> None:
+    def __init__(self, run: Run, train: Started, ready: Path, stage: str, cmd: list[str], key: dict):
+        self.started: Started | None = None
+        self._watcher = threading.Thread(target=self._watch, args=(run, train, ready, stage, cmd, key),
+                                         name=f"start {stage}", daemon=True)
+        self._watcher.start()
+
+    def _watch(self, run: Run, train: Started, ready: Path, stage: str, cmd: list[str], key: dict) -> None:
         while train.process.poll() is None:
             if ready.is_file() and ready.stat().st_mtime >= train.launched:
-                started.append(run.start(stage, cmd, key, beside="training"))
+                self.started = run.start(stage, cmd, key, beside="training")
                 return
             time.sleep(0.5)
 
-    thread = threading.Thread(target=watch, name=f"start {stage}", daemon=True)
-    thread.start()
-    started.append(thread)
-    return started
+    def finish(self) -> None:
+        """After training succeeded: waits for the stage (and records it) if it started."""
+        self._watcher.join()
+        if self.started is not None:
+            self.started.wait()
+
+    def stop(self) -> None:
+        """Training failed or was interrupted: the stage stops too (it resumes next time)."""
+        self._watcher.join()
+        if self.started is not None:
+            self.started.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,30 +262,24 @@ def main(argv: list[str] | None = None) -> int:
     eval_overrides = list(args.eval_override)
     base_cmd = [*evaluate, "--cache", "--model", base_model, "--output", str(run.dir / "eval" / "base"),
                 *eval_overrides]
-    base: list = []  # [thread that starts it, the started eval-base] when it runs beside training
-    try:
-        if args.trained is None:
-            train_cmd = [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
-                         f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"]
-            beside = on_cpu and backend == "hf" and not args.one_at_a_time and not run.done("eval-base", base_cmd, {})
-            # beside: the evaluator takes the cores training leaves idle. Ray starts its workers at nice 15, where an
-            # idle-priority process still gets 3/39 of a contended core (CFS weights); at nice 0 it gets 3/1027.
-            train = run.start("train", train_cmd, key={}, show=True,
-                              env={"RAY_worker_niceness": "0"} if beside else None)
-            if train is not None and beside:
-                base = start_beside(run, train, checkpoints / SCORING, "eval-base", base_cmd, {})
-            if train is not None:
+    base: Beside | None = None  # eval-base, when it runs beside training
+    if args.trained is None:
+        train_cmd = [py, "training/train_grpo.py", "--config-name", args.config_name, *overrides,
+                     f"trainer.default_local_dir={checkpoints}", f"hydra.run.dir={run.dir / 'hydra'}"]
+        beside = on_cpu and backend == "hf" and not args.one_at_a_time and not run.done("eval-base", base_cmd, {})
+        # beside: the evaluator takes the cores training leaves idle. Ray starts its workers at nice 15, where an
+        # idle-priority process still gets 3/39 of a contended core (CFS weights); at nice 0 it gets 3/1027.
+        train = run.start("train", train_cmd, key={}, show=True, env={"RAY_worker_niceness": "0"} if beside else None)
+        if train is not None:
+            base = Beside(run, train, checkpoints / SCORING, "eval-base", base_cmd, {}) if beside else None
+            try:
                 train.wait()
-        if base:
-            base[0].join()
-        if len(base) == 2 and base[1] is not None:
-            base[1].wait()
-    finally:  # training failed or was interrupted: the evaluation beside it stops too (it resumes next time)
-        if base:
-            base[0].join()
-        for started in base[1:]:
-            if started is not None:
-                started.stop()
+            except BaseException:  # failed (SystemExit) or interrupted
+                if base is not None:
+                    base.stop()
+                raise
+    if base is not None:
+        base.finish()
     step = latest_step(checkpoints)
     if step is None:
         sys.exit(f"[pipeline] training left no checkpoint in {checkpoints}: set trainer.save_freq so that the last "
@@ -282,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     trained_key = {"step": step, "written": (checkpoints / f"global_step_{step}").stat().st_mtime_ns}
     run.stage("export", [py, "utils/load_fsdp_to_hf.py", str(checkpoints), str(run.dir / "model"), "--force",
                          "--quiet"], key=trained_key)
-    run.stage("eval-base", base_cmd, key={}, quiet=len(base) == 2)  # done beside training: said already
+    run.stage("eval-base", base_cmd, key={}, quiet=base is not None and base.started is not None)  # said already
     run.stage("eval-trained", [*evaluate, "--model", str(run.dir / "model"), "--output",
                                str(run.dir / "eval" / "trained"), *eval_overrides], key=trained_key,
               outputs=(run.dir / "eval" / "trained",))
