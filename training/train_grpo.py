@@ -159,8 +159,10 @@ def launch(cfg: DictConfig) -> None:
     from training.launch.console import driver_console
     from training.launch.guardian import start as start_guardian
     from training.launch.hardware import activate_cpu_backend
+    from training.report.startup import write_launch
 
     print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
+    write_launch(Path(str(cfg.env.logs_dir)), LAUNCHED)  # `python -m training.report.startup RUN` reads it
     start_guardian(Path(str(cfg.env.logs_dir)))  # names a hung trainer; cleans up whatever the run leaves behind
     # Ray's GCS keeps up to 100k task events by default and grew without end over a long run (bench_soak: +47% from
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.

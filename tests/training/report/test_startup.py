@@ -1,0 +1,63 @@
+"""training/report/startup.py: a run's start-up read back from the files a run writes (written here as the driver,
+verl's workers, Ray and the trainer write them)."""
+
+import json
+import time
+
+from training.report.startup import main, startup_events, write_launch
+
+
+def stamp(epoch: float) -> str:
+    """A log line's timestamp as the loggers write it: local time, milliseconds after a comma."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) + f",{int(epoch % 1 * 1000):03d}"
+
+
+def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    t0 = 1_795_872_430.25
+    write_launch(logs, t0)
+    record = json.loads((logs / "launch.json").read_text())
+    assert record["launched"] == t0 and record["ray_starting"] >= t0  # "now": the moment Ray is about to start
+    record["ray_starting"] = t0 + 10.0
+    (logs / "launch.json").write_text(json.dumps(record))
+    (logs / "driver.log").write_text(f"[{stamp(t0 + 12)}][verl.plugin][INFO] - Platform override\n"
+                                     f"{stamp(t0 + 16.5)}\tINFO worker.py:2038 -- Started a local Ray instance.\n")
+    workers = logs / "workers"
+    workers.mkdir()
+    (workers / "_ReasoningGymTaskRunner-17234.err").write_text(f":job_id:01\nINFO:{stamp(t0 + 22)}:Platform\n")
+    (workers / "WorkerDict-17388.out").write_text(f"INFO:{stamp(t0 + 45)}:later line of the same pid\n")
+    (workers / "WorkerDict-17388.err").write_text(f"INFO:{stamp(t0 + 40)}:Platform override\n")
+    (workers / "get_master_addr_port-17359.err").write_text(":job_id:01\n:actor_name:get_master_addr_port\n")
+    (workers / "SimpleStorageUnit-17318.err").write_text(f"{stamp(t0 + 330)} - INFO - [Performance] ...\n")
+    (logs / "progress.jsonl").write_text("\n".join(json.dumps(row) for row in [
+        {"kind": "ready", "step": 0, "time": t0 + 55},
+        {"kind": "validating", "step": 0, "time": t0 + 55.5},
+        {"kind": "train_begin", "step": 1, "time": t0 + 90},
+        {"kind": "step", "step": 1, "time": t0 + 130, "step_seconds": 40.0, "gen_seconds": 13.0},
+        {"kind": "step", "step": 2, "time": t0 + 170, "step_seconds": 40.0, "gen_seconds": 12.0}]) + "\n")
+    events = [(round(e.seconds, 1), e.what) for e in startup_events(tmp_path)]
+    assert events == [
+        (0.0, "launch (the driver's python starts)"),
+        (10.0, "driver: imports, config and checks done; starting Ray"),
+        (16.5, "Ray started"),
+        (22.0, "worker up: _ReasoningGymTaskRunner (pid 17234)"),
+        (40.0, "worker up: WorkerDict (pid 17388)"),  # the earlier of its .err and .out
+        (55.0, "workers ready (the trainer's first line)"),
+        (90.0, "validation before training done"),
+        (103.0, "first rollout done (step 1's generation: 13.0 s)"),
+        (130.0, "step 1 done (40.0 s)"),
+    ]  # no line from get_master_addr_port; the storage unit's first line is 5 minutes later, not its start
+    assert main([str(tmp_path)]) == 0
+    assert "+ 18.0)  worker up: WorkerDict" in capsys.readouterr().out
+
+
+def test_a_run_without_a_launch_record_counts_from_its_first_event_and_an_empty_folder_says_so(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    t0 = 1_795_872_430.0
+    (logs / "driver.log").write_text(f"{stamp(t0)}\tINFO worker.py:2038 -- Started a local Ray instance.\n")
+    (logs / "progress.jsonl").write_text(json.dumps({"kind": "ready", "step": 0, "time": t0 + 30}) + "\n")
+    assert [(round(e.seconds, 1), e.what) for e in startup_events(tmp_path)] == [
+        (0.0, "Ray started"), (30.0, "workers ready (the trainer's first line)")]
+    assert main([str(tmp_path / "nothing")]) == 1
+    assert "no start-up record in" in capsys.readouterr().err

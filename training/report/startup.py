@@ -1,0 +1,143 @@
+"""Where a run's start-up went: launch -> Ray -> each worker -> workers ready -> the first rollout, from its files.
+
+    python -m training.report.startup RUN_DIR          # RUN_DIR: trainer.default_local_dir
+
+Read from what a run writes anyway: `logs/launch.json` (the driver's launch time, written before Ray starts),
+`logs/driver.log` (Ray's "Started a local Ray instance"), `logs/workers/<Actor>-<pid>.{err,out}` (each worker's first
+timestamped line: the moment it had imported verl, which logs the platform it runs on) and `logs/progress.jsonl`
+(workers ready, the first step and its generation seconds). On a GPU run the same lines name vLLM's server actors,
+so one tool breaks the start-up down on both (issue 46, item 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# "[2026-11-28 13:27:21,976][...]" (hydra's driver log), "INFO:2026-11-28 13:28:23,639:..." (verl in a worker),
+# "2026-11-28 13:27:27,660	INFO worker.py..." (Ray), "2026-11-28 13:32:59,533 - INFO - ..." (TransferQueue)
+STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
+LAUNCH_FILE = "launch.json"
+
+
+@dataclass(frozen=True)
+class Event:
+    seconds: float  # since launch (or since the earliest event when the launch time was not written)
+    what: str
+
+
+def write_launch(logs: Path, launched: float) -> None:
+    """Records the driver's launch time and now (Ray about to start) in `logs/launch.json`, for `startup_events`."""
+    logs.mkdir(parents=True, exist_ok=True)
+    tmp = logs / f".{LAUNCH_FILE}.tmp"
+    tmp.write_text(json.dumps({"launched": launched, "ray_starting": time.time()}))
+    tmp.replace(logs / LAUNCH_FILE)
+
+
+def stamp_seconds(line: str) -> float | None:
+    """The epoch seconds of a log line's first timestamp (local time, as the loggers write it), else None."""
+    match = STAMP.search(line)
+    if match is None:
+        return None
+    return time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1000
+
+
+def first_stamp(path: Path, contains: str = "") -> float | None:
+    """The timestamp of the first line of `path` that has one (and contains `contains`)."""
+    try:
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                if contains in line and (seconds := stamp_seconds(line)) is not None:
+                    return seconds
+    except OSError:
+        return None
+    return None
+
+
+def worker_starts(workers: Path) -> dict[str, float]:
+    """{"<Actor> (pid N)": its first timestamp} over a run's worker logs (the .err and .out of one pid together)."""
+    starts: dict[str, float] = {}
+    for path in sorted(workers.glob("*-*.*")):
+        actor, _, pid = path.stem.rpartition("-")
+        if seconds := first_stamp(path):
+            name = f"{actor} (pid {pid})"
+            starts[name] = min(seconds, starts.get(name, seconds))
+    return starts
+
+
+def progress_events(path: Path) -> dict[str, float]:
+    """Epoch seconds of the trainer's "ready", "train_begin" and first "step" records, and step 1's generation seconds."""
+    found: dict[str, float] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kind = row.get("kind")
+        if kind in ("ready", "train_begin") and kind not in found:
+            found[kind] = float(row["time"])
+        elif kind == "step" and "step" not in found:
+            found["step"] = float(row["time"])
+            found["step_seconds"] = float(row.get("step_seconds") or 0)
+            found["gen_seconds"] = float(row.get("gen_seconds") or 0)
+    return found
+
+
+def startup_events(run_dir: Path) -> list[Event]:
+    """The run's start-up, in order, in seconds since its launch."""
+    logs = Path(run_dir) / "logs"
+    launch = json.loads((logs / LAUNCH_FILE).read_text()) if (logs / LAUNCH_FILE).is_file() else {}
+    at: list[tuple[float, str]] = []
+    if "launched" in launch:
+        at.append((launch["launched"], "launch (the driver's python starts)"))
+    if "ray_starting" in launch:
+        at.append((launch["ray_starting"], "driver: imports, config and checks done; starting Ray"))
+    if ray := first_stamp(logs / "driver.log", "Started a local Ray instance"):
+        at.append((ray, "Ray started"))
+    progress = progress_events(logs / "progress.jsonl")
+    # a worker that logs nothing until later (TransferQueue's, every 5 minutes) has no start-up line to show
+    until = progress.get("step", float("inf"))
+    at += [(seconds, f"worker up: {name}") for name, seconds in worker_starts(logs / "workers").items()
+           if seconds <= until]
+    if "ready" in progress:
+        at.append((progress["ready"], "workers ready (the trainer's first line)"))
+    if "train_begin" in progress and progress["train_begin"] - progress.get("ready", 0) > 1:
+        at.append((progress["train_begin"], "validation before training done"))
+    if "step" in progress:
+        generation = progress["step"] - progress["step_seconds"] + progress["gen_seconds"]
+        at.append((generation, f"first rollout done (step 1's generation: {progress['gen_seconds']:.1f} s)"))
+        at.append((progress["step"], f"step 1 done ({progress['step_seconds']:.1f} s)"))
+    if not at:
+        return []
+    zero = launch.get("launched", min(seconds for seconds, _ in at))
+    return [Event(seconds - zero, what) for seconds, what in sorted(at)]
+
+
+def render(events: list[Event]) -> str:
+    lines, previous = [], 0.0
+    for event in events:
+        lines.append(f"{event.seconds:7.1f} s  (+{event.seconds - previous:5.1f})  {event.what}")
+        previous = event.seconds
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="the run's trainer.default_local_dir")
+    args = parser.parse_args(argv)
+    events = startup_events(args.run_dir)
+    if not events:
+        print(f"no start-up record in {args.run_dir / 'logs'} (launch.json, driver.log, workers/, progress.jsonl)",
+              file=sys.stderr)
+        return 1
+    print(render(events))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
