@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     cmps = print_comparison(run.dir / "eval" / "compare", step)
     summary = summary_png(run.dir, checkpoints, cmps)
     print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
-          f"{_short(run.dir / 'model')}" + (f", validation and verdict drawn in {_short(summary)}" if summary else ""))
+          f"{_short(run.dir / 'model')}" + (f", training curve and verdict drawn in {_short(summary)}" if summary else ""))
     print(f"[pipeline] verdict: {verdict_sentence(cmps)}")
     for line in one_answer_gains(cmps):
         print(f"[pipeline] caution: {line} (comparison.md, columns 'most common answer' and 'repeated answer')")
