@@ -50,6 +50,16 @@ def logged_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
+def startup_record(run_dir: Path) -> list | None:
+    """The start-up breakdown a finished training run wrote (`logs/startup.json`: [{"seconds", "what"}], seconds
+    since launch, by training/report/startup.py); None without one."""
+    path = run_dir / "logs" / "startup.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def train_run(run: str, sequences: int):
     """A training stage whose run writes into `run` and samples `sequences` responses a step: per step the kept
     metrics (from the run's metrics.jsonl; the console's step lines for a run from before it) and the generation's
@@ -72,6 +82,8 @@ def train_run(run: str, sequences: int):
         if first is not None and f"step:{first}" in marks and "timing_s/step" in steps[first]:
             results["launch_to_step_end_s"] = round(marks[f"step:{first}"], 1)
             results["launch_to_first_rollout_s"] = round(marks[f"step:{first}"] - steps[first]["timing_s/step"], 1)
+        if startup := startup_record(run_dir / "ckpt"):
+            results["startup"] = startup
         return results
 
     return collect
@@ -126,7 +138,7 @@ def pipeline_run(run: str):
         verdicts = [line.split("[pipeline] verdict: ", 1)[1] for line in log.read_text(errors="replace").splitlines()
                     if "[pipeline] verdict: " in line]
         return {"stage_seconds": seconds, "to_verdict_s": round(sum(seconds.values()), 1), "comparisons": rows,
-                "verdict": verdicts[-1] if verdicts else None}
+                "verdict": verdicts[-1] if verdicts else None, "startup": startup_record(run_dir / "checkpoints")}
 
     return collect
 

@@ -289,8 +289,19 @@ def run(cfg: DictConfig) -> int:
         print(f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
         return code
     print_report(cfg)
+    record_startup(cfg)
     print(where_logs_are(cfg))
     return 0
+
+
+def record_startup(cfg: DictConfig) -> None:
+    """Writes the run's start-up breakdown to its logs (training/report/startup.py); a failure is said, not raised."""
+    from training.report.startup import write_startup
+
+    try:
+        write_startup(Path(str(cfg.env.logs_dir)))
+    except Exception as err:  # noqa: BLE001 - the finished run's exit code stays 0
+        print(f"[report] no start-up breakdown: {type(err).__name__}: {err}", file=sys.stderr)
 
 
 def print_report(cfg: DictConfig) -> None:

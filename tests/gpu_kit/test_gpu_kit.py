@@ -192,6 +192,7 @@ def test_verl_step_lines_give_phases_generation_speed_and_launch_to_first_rollou
                                  "env/reward": 0.25, "gen_tokens_per_s": 400.0}
     assert found["steps"][2]["gen_tokens_per_s"] == 400.0 and found["checkpoint_step"] == 2
     assert found["launch_to_first_rollout_s"] == 60.0 and found["launch_to_step_end_s"] == 65.0
+    assert "startup" not in found  # a run from before the driver wrote its start-up breakdown
 
 
 def test_a_runs_metrics_file_wins_over_its_console_lines(tmp_path):
@@ -230,7 +231,19 @@ def test_the_quickstart_stage_reports_each_phases_seconds_and_the_verdict(tmp_pa
         json.dumps({"overall": row, "beyond_prior": {**row, "tasks": ["in_mix/chain_sum"]}}))
     log = tmp_path / "log.txt"
     log.write_text("[pipeline] compare: finished in 3 s\n[pipeline] verdict: Training helped: on the tasks ...\n")
+    # the training run's start-up breakdown, as train_grpo.py writes it when training ends (training/report/startup.py)
+    from training.report.startup import stamp_seconds, write_startup
+
+    logs = run / "checkpoints" / "logs"
+    logs.mkdir(parents=True)
+    ray_line = "2026-11-28 13:27:27,660\tINFO worker.py:2038 -- Started a local Ray instance.\n"
+    (logs / "driver.log").write_text(ray_line)
+    ready = {"kind": "ready", "step": 0, "time": stamp_seconds(ray_line) + 40.0}
+    (logs / "progress.jsonl").write_text(json.dumps(ready) + "\n")
+    write_startup(logs)
     found = results.pipeline_run("runs/quickstart")(tmp_path / "f_quickstart", log, {})
+    assert found["startup"] == [{"seconds": 0.0, "what": "Ray started"},
+                                {"seconds": 40.0, "what": "workers ready (the trainer's first line)"}]
     assert found["stage_seconds"] == {"eval-base": 40.0, "export": 12.0, "train": 301.2}
     assert found["to_verdict_s"] == 353.2 and found["verdict"] == "Training helped: on the tasks ..."
     assert found["comparisons"]["greedy"]["beyond_prior"] == row

@@ -1,12 +1,13 @@
 """Where a run's start-up went: launch -> Ray -> each worker -> workers ready -> the first rollout, from its files.
 
-    python -m training.report.startup RUN_DIR          # RUN_DIR: trainer.default_local_dir
+    python -m training.report.startup RUN_DIR          # trainer.default_local_dir, or its env.logs_dir
 
 Read from what a run writes anyway: `logs/launch.json` (the driver's launch time, written before Ray starts),
 `logs/driver.log` (Ray's "Started a local Ray instance"), `logs/workers/<Actor>-<pid>.{err,out}` (each worker's first
 timestamped line: the moment it had imported verl, which logs the platform it runs on) and `logs/progress.jsonl`
 (workers ready, the first step and its generation seconds). On a GPU run the same lines name vLLM's server actors,
-so one tool breaks the start-up down on both (issue 46, item 3).
+so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
+breakdown to `logs/startup.json`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 # "2026-11-28 13:27:27,660	INFO worker.py..." (Ray), "2026-11-28 13:32:59,533 - INFO - ..." (TransferQueue)
 STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
 LAUNCH_FILE = "launch.json"
+STARTUP_FILE = "startup.json"  # written when training ends (train_grpo.py), read by gpu_kit/results.py
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,14 @@ def progress_events(path: Path) -> dict[str, float]:
     return found
 
 
-def startup_events(run_dir: Path) -> list[Event]:
-    """The run's start-up, in order, in seconds since its launch."""
-    logs = Path(run_dir) / "logs"
+def logs_folder(path: Path) -> Path:
+    """A run's logs folder (env.logs_dir) from the run folder or the logs folder itself."""
+    return Path(path) / "logs" if (Path(path) / "logs").is_dir() else Path(path)
+
+
+def startup_events(logs: Path) -> list[Event]:
+    """The run's start-up, in order, in seconds since its launch, from its logs folder (env.logs_dir)."""
+    logs = Path(logs)
     launch = json.loads((logs / LAUNCH_FILE).read_text()) if (logs / LAUNCH_FILE).is_file() else {}
     at: list[tuple[float, str]] = []
     if "launched" in launch:
@@ -118,6 +125,18 @@ def startup_events(run_dir: Path) -> list[Event]:
     return [Event(seconds - zero, what) for seconds, what in sorted(at)]
 
 
+def write_startup(logs: Path) -> Path | None:
+    """Writes the run's start-up to `<logs>/startup.json` (`[{"seconds", "what"}]`, for readers without this module:
+    the GPU kit's stage records); None when the run left no record of it."""
+    events = startup_events(logs)
+    if not events:
+        return None
+    path = Path(logs) / STARTUP_FILE
+    tmp = path.with_name(f".{STARTUP_FILE}.tmp")
+    tmp.write_text(json.dumps([{"seconds": round(e.seconds, 1), "what": e.what} for e in events], indent=1) + "\n")
+    return tmp.replace(path)
+
+
 def render(events: list[Event]) -> str:
     lines, previous = [], 0.0
     for event in events:
@@ -128,12 +147,12 @@ def render(events: list[Event]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", type=Path, help="the run's trainer.default_local_dir")
+    parser.add_argument("run_dir", type=Path, help="the run's trainer.default_local_dir (or its env.logs_dir)")
     args = parser.parse_args(argv)
-    events = startup_events(args.run_dir)
+    logs = logs_folder(args.run_dir)
+    events = startup_events(logs)
     if not events:
-        print(f"no start-up record in {args.run_dir / 'logs'} (launch.json, driver.log, workers/, progress.jsonl)",
-              file=sys.stderr)
+        print(f"no start-up record in {logs} (launch.json, driver.log, workers/, progress.jsonl)", file=sys.stderr)
         return 1
     print(render(events))
     return 0

@@ -4,7 +4,7 @@ verl's workers, Ray and the trainer write them)."""
 import json
 import time
 
-from training.report.startup import main, startup_events, write_launch
+from training.report.startup import main, startup_events, write_launch, write_startup
 
 
 def stamp(epoch: float) -> str:
@@ -35,7 +35,7 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
         {"kind": "train_begin", "step": 1, "time": t0 + 90},
         {"kind": "step", "step": 1, "time": t0 + 130, "step_seconds": 40.0, "gen_seconds": 13.0},
         {"kind": "step", "step": 2, "time": t0 + 170, "step_seconds": 40.0, "gen_seconds": 12.0}]) + "\n")
-    events = [(round(e.seconds, 1), e.what) for e in startup_events(tmp_path)]
+    events = [(round(e.seconds, 1), e.what) for e in startup_events(logs)]
     assert events == [
         (0.0, "launch (the driver's python starts)"),
         (10.0, "driver: imports, config and checks done; starting Ray"),
@@ -47,8 +47,11 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
         (103.0, "first rollout done (step 1's generation: 13.0 s)"),
         (130.0, "step 1 done (40.0 s)"),
     ]  # no line from get_master_addr_port; the storage unit's first line is 5 minutes later, not its start
-    assert main([str(tmp_path)]) == 0
+    assert main([str(tmp_path)]) == 0  # the run folder or its logs folder
     assert "+ 18.0)  worker up: WorkerDict" in capsys.readouterr().out
+    # what the driver writes when training ends, for the GPU kit's records (stdlib readers)
+    written = json.loads(write_startup(logs).read_text())
+    assert written[4] == {"seconds": 40.0, "what": "worker up: WorkerDict (pid 17388)"} and len(written) == 9
 
 
 def test_a_run_without_a_launch_record_counts_from_its_first_event_and_an_empty_folder_says_so(tmp_path, capsys):
@@ -57,7 +60,8 @@ def test_a_run_without_a_launch_record_counts_from_its_first_event_and_an_empty_
     t0 = 1_795_872_430.0
     (logs / "driver.log").write_text(f"{stamp(t0)}\tINFO worker.py:2038 -- Started a local Ray instance.\n")
     (logs / "progress.jsonl").write_text(json.dumps({"kind": "ready", "step": 0, "time": t0 + 30}) + "\n")
-    assert [(round(e.seconds, 1), e.what) for e in startup_events(tmp_path)] == [
+    assert [(round(e.seconds, 1), e.what) for e in startup_events(logs)] == [
         (0.0, "Ray started"), (30.0, "workers ready (the trainer's first line)")]
-    assert main([str(tmp_path / "nothing")]) == 1
+    assert main([str(logs)]) == 0
+    assert main([str(tmp_path / "nothing")]) == 1 and write_startup(tmp_path / "nothing") is None
     assert "no start-up record in" in capsys.readouterr().err
