@@ -4,6 +4,7 @@ with its last lines and its log's path. The run also starts with its first rende
 (training/trainer/rendezvous.py) and writes TensorBoard's files under the run directory."""
 
 import io
+import json
 import os
 import re
 import socket
@@ -72,6 +73,13 @@ def test_verl_output_is_in_files_under_the_run_directory(quiet_run):
     assert list((logs / "workers").glob("WorkerDict-*.err"))
     assert list((run_dir / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert not (run_dir / "tensorboard_log").exists()
+    # the start-up breakdown the driver writes when training ends (training/report/startup.py), in order from launch
+    startup = json.loads((logs / "startup.json").read_text())
+    whats = [event["what"] for event in startup]
+    assert startup[0] == {"seconds": 0.0, "what": "launch (the driver's python starts)"}, startup
+    for expected in ("Ray started", "worker up: WorkerDict", "workers ready", "first rollout done", "step 1 done"):
+        assert any(what.startswith(expected) for what in whats), (expected, whats)
+    assert [event["seconds"] for event in startup] == sorted(event["seconds"] for event in startup)
 
 
 @pytest.mark.slow
