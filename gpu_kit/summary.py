@@ -31,6 +31,8 @@ def headline(record: dict) -> str:
             parts.append(f"step {step}: {', '.join(b for b in bits if b)}")
         if results.get("launch_to_first_rollout_s") is not None:
             parts.append(f"launch -> first rollout {results['launch_to_first_rollout_s']} s")
+        if results.get("startup"):
+            parts.append(startup_line(results["startup"]))
         parts.append(f"checkpoint {results.get('checkpoint_step')}")
         return "; ".join(parts)
     if "tests" in results:
@@ -53,6 +55,20 @@ def headline(record: dict) -> str:
         gpu = machine.get("nvidia_smi", "").splitlines()[0] if machine.get("nvidia_smi") else ""
         return f"torch {torch.get('version')} cuda {torch.get('cuda_available')}; {gpu}".strip("; ")
     return ", ".join(f"{k} {v}" for k, v in list(results.items())[:3] if not isinstance(v, (dict, list)))
+
+
+STARTUP_MARKS = ("Ray started", "worker up: WorkerDict", "workers ready", "first rollout done")
+
+
+def startup_line(events: list[dict]) -> str:
+    """`start-up: Ray started 9.8 s, ...`: a few marks of a run's start-up breakdown (seconds since launch; the whole
+    list is in results.json)."""
+    marks = []
+    for mark in STARTUP_MARKS:  # the first event of each (two GPUs start two WorkerDicts)
+        first = next((event for event in events if event["what"].startswith(mark)), None)
+        if first is not None:
+            marks.append(f"{mark} {first['seconds']} s")
+    return "start-up: " + ", ".join(marks)
 
 
 def _path(path: str, result: dict) -> str:

@@ -195,6 +195,20 @@ def test_verl_step_lines_give_phases_generation_speed_and_launch_to_first_rollou
     assert "startup" not in found  # a run from before the driver wrote its start-up breakdown
 
 
+def test_the_summary_row_of_a_training_stage_gives_its_start_up_marks():
+    from gpu_kit.summary import headline
+
+    startup = [{"seconds": 0.0, "what": "launch (the driver's python starts)"},
+               {"seconds": 9.8, "what": "Ray started"},
+               {"seconds": 30.1, "what": "worker up: WorkerDict (pid 3)"},
+               {"seconds": 31.0, "what": "worker up: WorkerDict (pid 4)"},
+               {"seconds": 50.0, "what": "workers ready (the trainer's first line)"},
+               {"seconds": 70.2, "what": "first rollout done (step 1's generation: 13.0 s)"}]
+    record = {"results": {"steps": {"1": {"timing_s/step": 5.0}}, "startup": startup, "checkpoint_step": 1}}
+    assert headline(record) == ("step 1: 5.0 s; start-up: Ray started 9.8 s, worker up: WorkerDict 30.1 s, "
+                                "workers ready 50.0 s, first rollout done 70.2 s; checkpoint 1")
+
+
 def test_a_runs_metrics_file_wins_over_its_console_lines(tmp_path):
     """Step 1's console line cut in two (Ray's log monitor does that to a ~4 KiB line): the metrics come from
     ckpt/logs/metrics.jsonl, whole; the marks still time the step lines."""
