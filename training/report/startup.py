@@ -107,10 +107,11 @@ def startup_events(logs: Path) -> list[Event]:
     if ray := first_stamp(logs / "driver.log", "Started a local Ray instance"):
         at.append((ray, "Ray started"))
     progress = progress_events(logs / "progress.jsonl")
-    # a worker that logs nothing until later (TransferQueue's, every 5 minutes) has no start-up line to show
-    until = progress.get("step", float("inf"))
+    # a worker that logs nothing until later (TransferQueue's, every 5 minutes) has no start-up line to show; one
+    # from before this launch is an earlier launch's (a resumed run's workers/ keeps every launch's logs)
+    since, until = launch.get("launched", float("-inf")), progress.get("step", float("inf"))
     at += [(seconds, f"worker up: {name}") for name, seconds in worker_starts(logs / "workers").items()
-           if seconds <= until]
+           if since <= seconds <= until]
     if "ready" in progress:
         at.append((progress["ready"], "workers ready (the trainer's first line)"))
     if "train_begin" in progress and progress["train_begin"] - progress.get("ready", 0) > 1:

@@ -29,6 +29,7 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
     (workers / "WorkerDict-17388.err").write_text(f"INFO:{stamp(t0 + 40)}:Platform override\n")
     (workers / "get_master_addr_port-17359.err").write_text(":job_id:01\n:actor_name:get_master_addr_port\n")
     (workers / "SimpleStorageUnit-17318.err").write_text(f"{stamp(t0 + 330)} - INFO - [Performance] ...\n")
+    (workers / "WorkerDict-9001.err").write_text(f"INFO:{stamp(t0 - 600)}:an earlier launch of a resumed run\n")
     (logs / "progress.jsonl").write_text("\n".join(json.dumps(row) for row in [
         {"kind": "ready", "step": 0, "time": t0 + 55},
         {"kind": "validating", "step": 0, "time": t0 + 55.5},
@@ -46,7 +47,8 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
         (90.0, "validation before training done"),
         (103.0, "first rollout done (step 1's generation: 13.0 s)"),
         (130.0, "step 1 done (40.0 s)"),
-    ]  # no line from get_master_addr_port; the storage unit's first line is 5 minutes later, not its start
+    ]  # no line from get_master_addr_port; the storage unit's first line is 5 minutes later, not its start;
+    # the worker of an earlier launch is not this one's
     assert main([str(tmp_path)]) == 0  # the run folder or its logs folder
     assert "+ 18.0)  worker up: WorkerDict" in capsys.readouterr().out
     # what the driver writes when training ends, for the GPU kit's records (stdlib readers)
