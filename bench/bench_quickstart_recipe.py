@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evaluation.compare import interval_text, load_comparisons  # noqa: E402
+from evaluation.compare import interval_text, load_comparisons, verdict  # noqa: E402
 from training.report.verdict import decided, verdict_sentence  # noqa: E402
 
 def run_length(steps: int) -> list[str]:
@@ -112,9 +112,8 @@ def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dic
 def cell(row: dict | None) -> str:
     if row is None:  # a record written before the verdict decided beyond the prior
         return "-"
-    verdict = row.get("verdict") or ("better (resolved)" if row["ci95"][0] > 0 else
-                                     "worse (resolved)" if row["ci95"][1] < 0 else "not resolved")
-    return f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} {interval_text(row)} {verdict}"
+    said = row.get("verdict") or verdict(row["ci95"])
+    return f"{row['base']:.3f} -> {row['trained']:.3f}, {row['paired_delta']:+.3f} {interval_text(row)} {said}"
 
 
 def table(records: list[dict]) -> str:
