@@ -36,9 +36,12 @@ TINY = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4"
 # configs/quickstart.yaml's GPU sizes, said explicitly: 16 prompts x 8 samples, 256-token responses
 QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "data.max_response_length=256"]
 # issue 46: a published architecture with random weights (the `random:` model path, utils.offline_models), every
-# response run to its limit, so that speed does not depend on what a model says; 1 warm-up step + 3 timed
+# response run to its limit, so that speed does not depend on what a model says; 1 warm-up step + 3 timed. GRPO as
+# configs/base/grpo.yaml trains the presets (a reference model for the KL loss, activation recomputation), with two
+# updates a step: the settings of the GPU steps measured on 2026-11-26, which the quickstart has since dropped
 SPEED = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=false", "trainer.test_freq=-1",
-         "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8"]
+         "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.model.enable_gradient_checkpointing=true"]
 # after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (README, "Faults").
 # It stops every Ray process of the machine: the kit's machine runs nothing else.
 RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]

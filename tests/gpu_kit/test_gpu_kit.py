@@ -343,6 +343,26 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
                    "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "f_quickstart", "e_gpu_tests"]
 
 
+def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages_its_own_recipe():
+    """The speed stages measure the GRPO users train (a reference model for the KL loss, activation recomputation, two
+    updates a step: the GPU steps of 2026-11-26), not the quickstart's lighter recipe, which b3 and f_quickstart run."""
+    from training.launch.config import compose_config
+
+    def overrides(stage):
+        return [o.replace("{out}", "/kit/out") for o in stage.compose[1] if not o.startswith("hydra.")]
+
+    composed = {stage.id: compose_config(stage.compose[0], overrides(stage))
+                for stage in gpu_path.build_stages() if stage.compose}
+    for stage_id in ("g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b"):
+        cfg = composed[stage_id]
+        assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.model.enable_gradient_checkpointing
+        assert cfg.data.train_batch_size == 2 * cfg.actor_rollout_ref.actor.ppo_mini_batch_size, stage_id
+    for stage_id in ("b3_smollm2_train", "f_quickstart"):
+        actor = composed[stage_id].actor_rollout_ref.actor
+        assert not actor.use_kl_loss and actor.optim.lr == 3e-5, stage_id
+        assert actor.ppo_mini_batch_size == composed[stage_id].data.train_batch_size == 16, stage_id
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_dry_run_runs_stage_a_and_checks_every_other_command_on_the_cpu(tmp_path):

@@ -120,3 +120,18 @@ def test_every_config_samples_through_our_seeded_agent_loop():
         assert Path(agent.agent_loop_config_path) == AGENT_LOOPS_FILE and AGENT_LOOPS_FILE.is_absolute()
     entries = {entry.name: entry for entry in OmegaConf.load(AGENT_LOOPS_FILE)}
     assert hydra.utils.get_class(entries[AGENT_LOOP_NAME]._target_) is SeededSingleTurnAgentLoop
+
+
+def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_device():
+    """The GPU recipe is the CPU's updates from four times the prompts (configs/quickstart.yaml): the same lr, one
+    update a step, no reference model, twenty steps; only env.on_cpu's sizes differ."""
+    from training.launch.hardware import apply_cpu_overrides
+
+    gpu = compose_config("quickstart", ["trainer.device=cuda"])
+    cpu = compose_config("quickstart", ["trainer.device=cpu"])
+    apply_cpu_overrides(cpu)
+    for cfg in (gpu, cpu):
+        actor = cfg.actor_rollout_ref.actor
+        assert actor.optim.lr == 3e-5 and not actor.use_kl_loss and cfg.trainer.total_training_steps == 20
+        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size
+    assert gpu.data.train_batch_size == 4 * cpu.data.train_batch_size == 16
