@@ -61,6 +61,13 @@ def collect_worker_logs(ray_logs: Path | None, logs: Path) -> dict[int, Path]:
     link = logs / "ray"
     if link.is_symlink():
         link.unlink()
+    try:  # Ray's log of each worker process: when it started and when its actor was ready (training/report/startup.py
+        # reads them as training ends; the guardian copies the rest of Ray's logs here once Ray has stopped)
+        link.mkdir(exist_ok=True)
+        for source in ray_logs.glob("python-core-worker-*.log"):
+            shutil.copyfile(source, link / source.name)
+    except OSError:
+        pass
     return copied
 
 

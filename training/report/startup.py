@@ -5,7 +5,10 @@
 Read from what a run writes anyway: `logs/launch.json` (the driver's launch time, written before Ray starts),
 `logs/driver.log` (Ray's "Started a local Ray instance"), `logs/workers/<Actor>-<pid>.{err,out}` (each worker's first
 timestamped line: the moment it had imported verl, which logs the platform it runs on) and `logs/progress.jsonl`
-(workers ready, the first step and its generation seconds). On a GPU run the same lines name vLLM's server actors,
+(workers ready, the first step and its generation seconds), and Ray's own log of each worker process
+(`logs/ray/python-core-worker-*_<pid>.log`: when the process started and when its actor's `__init__` returned), so
+the time a worker spends starting, importing and initialising shows apart. On a GPU run the same lines name vLLM's
+server actors,
 so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
 breakdown to `logs/startup.json`.
 """
@@ -72,6 +75,22 @@ def worker_starts(workers: Path) -> dict[str, float]:
     return starts
 
 
+def process_marks(ray_logs: Path, actors: dict[int, str]) -> list[tuple[float, str]]:
+    """Ray's log of each named worker process: `process started` (its core worker constructed, before Python imports
+    anything of ours or verl's) and `ready` (the actor's `__init__` returned; a task's worker has no such line)."""
+    marks = []
+    for path in sorted(ray_logs.glob("python-core-worker-*_*.log")):
+        pid = int(path.stem.rpartition("_")[2]) if path.stem.rpartition("_")[2].isdigit() else None
+        if pid not in actors:  # Ray's prestarted idle workers never get an actor
+            continue
+        name = f"{actors[pid]} (pid {pid})"
+        if started := first_stamp(path, "Constructing CoreWorkerProcess"):
+            marks.append((started, f"process started: {name}"))
+        if ready := first_stamp(path, "Actor creation task finished"):
+            marks.append((ready, f"ready (__init__ done): {name}"))
+    return marks
+
+
 def progress_events(path: Path) -> dict[str, float]:
     """Epoch seconds of the trainer's "ready", "train_begin" and first "step" records, and step 1's generation seconds."""
     found: dict[str, float] = {}
@@ -112,6 +131,9 @@ def startup_events(logs: Path) -> list[Event]:
     since, until = launch.get("launched", float("-inf")), progress.get("step", float("inf"))
     at += [(seconds, f"worker up: {name}") for name, seconds in worker_starts(logs / "workers").items()
            if since <= seconds <= until]
+    actors = {int(pid): actor for actor, _, pid in (path.stem.rpartition("-") for path in (logs / "workers").glob("*-*.*"))
+              if pid.isdigit()}
+    at += [(seconds, what) for seconds, what in process_marks(logs / "ray", actors) if since <= seconds <= until]
     if "ready" in progress:
         at.append((progress["ready"], "workers ready (the trainer's first line)"))
     if "train_begin" in progress and progress["train_begin"] - progress.get("ready", 0) > 1:

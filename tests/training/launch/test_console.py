@@ -77,7 +77,8 @@ def test_verl_output_is_in_files_under_the_run_directory(quiet_run):
     startup = json.loads((logs / "startup.json").read_text())
     whats = [event["what"] for event in startup]
     assert startup[0] == {"seconds": 0.0, "what": "launch (the driver's python starts)"}, startup
-    for expected in ("Ray started", "worker up: WorkerDict", "workers ready", "first rollout done", "step 1 done"):
+    for expected in ("Ray started", "process started: WorkerDict", "worker up: WorkerDict",
+                     "ready (__init__ done): WorkerDict", "workers ready", "first rollout done", "step 1 done"):
         assert any(what.startswith(expected) for what in whats), (expected, whats)
     assert [event["seconds"] for event in startup] == sorted(event["seconds"] for event in startup)
 

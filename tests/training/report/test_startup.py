@@ -30,6 +30,17 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
     (workers / "get_master_addr_port-17359.err").write_text(":job_id:01\n:actor_name:get_master_addr_port\n")
     (workers / "SimpleStorageUnit-17318.err").write_text(f"{stamp(t0 + 330)} - INFO - [Performance] ...\n")
     (workers / "WorkerDict-9001.err").write_text(f"INFO:{stamp(t0 - 600)}:an earlier launch of a resumed run\n")
+    ray = logs / "ray"  # Ray's own log of each worker process: its start, and its actor's __init__ returning
+    ray.mkdir()
+    core = "core_worker_process.cc:872: Constructing CoreWorkerProcess. pid: {}"
+    (ray / "python-core-worker-b7af6aedb3_17388.log").write_text(
+        f"[{stamp(t0 + 36)} I 17388 17388] {core.format(17388)}\n"
+        f"[{stamp(t0 + 36.1)} I 17388 17388] core_worker.cc:3247: Creating actor actor_id=41f4\n"
+        f"[{stamp(t0 + 42)} I 17388 17388] task_receiver.cc:117: Actor creation task finished, task_id: ff\n")
+    (ray / "python-core-worker-59685c4978_17359.log").write_text(f"[{stamp(t0 + 35)} I 17359 17359] "
+                                                                 f"{core.format(17359)}\n")  # a task: no actor
+    (ray / "python-core-worker-983bdb12a3_4870.log").write_text(f"[{stamp(t0 + 17)} I 4870 4870] "
+                                                                f"{core.format(4870)}\n")  # prestarted, never used
     (logs / "progress.jsonl").write_text("\n".join(json.dumps(row) for row in [
         {"kind": "ready", "step": 0, "time": t0 + 55},
         {"kind": "validating", "step": 0, "time": t0 + 55.5},
@@ -42,18 +53,21 @@ def test_the_start_up_in_order_from_launch_to_the_first_step(tmp_path, capsys):
         (10.0, "driver: imports, config and checks done; starting Ray"),
         (16.5, "Ray started"),
         (22.0, "worker up: _ReasoningGymTaskRunner (pid 17234)"),
+        (35.0, "process started: get_master_addr_port (pid 17359)"),
+        (36.0, "process started: WorkerDict (pid 17388)"),
         (40.0, "worker up: WorkerDict (pid 17388)"),  # the earlier of its .err and .out
+        (42.0, "ready (__init__ done): WorkerDict (pid 17388)"),
         (55.0, "workers ready (the trainer's first line)"),
         (90.0, "validation before training done"),
         (103.0, "first rollout done (step 1's generation: 13.0 s)"),
         (130.0, "step 1 done (40.0 s)"),
-    ]  # no line from get_master_addr_port; the storage unit's first line is 5 minutes later, not its start;
-    # the worker of an earlier launch is not this one's
+    ]  # get_master_addr_port writes no line of its own; the storage unit's first line is 5 minutes later, not its
+    # start; the worker of an earlier launch is not this one's, and a process Ray started but never used is left out
     assert main([str(tmp_path)]) == 0  # the run folder or its logs folder
-    assert "+ 18.0)  worker up: WorkerDict" in capsys.readouterr().out
+    assert "+  4.0)  worker up: WorkerDict" in capsys.readouterr().out
     # what the driver writes when training ends, for the GPU kit's records (stdlib readers)
     written = json.loads(write_startup(logs).read_text())
-    assert written[4] == {"seconds": 40.0, "what": "worker up: WorkerDict (pid 17388)"} and len(written) == 9
+    assert written[6] == {"seconds": 40.0, "what": "worker up: WorkerDict (pid 17388)"} and len(written) == 12
 
 
 def test_a_run_without_a_launch_record_counts_from_its_first_event_and_an_empty_folder_says_so(tmp_path, capsys):
