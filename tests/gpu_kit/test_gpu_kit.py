@@ -340,7 +340,8 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
                      "g3_speed_qwen05b": "{out}/runs/speed-qwen05b"}  # not resumes
     assert ids == ["a_machine", "a_actor_bench", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
-                   "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "f_quickstart", "e_gpu_tests"]
+                   "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "f_quickstart", "f_quickstart_seed1",
+                   "f_quickstart_seed2", "e_gpu_tests"]
 
 
 def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages_its_own_recipe():
@@ -357,10 +358,11 @@ def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages
         cfg = composed[stage_id]
         assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.model.enable_gradient_checkpointing
         assert cfg.data.train_batch_size == 2 * cfg.actor_rollout_ref.actor.ppo_mini_batch_size, stage_id
-    for stage_id in ("b3_smollm2_train", "f_quickstart"):
+    for stage_id in ("b3_smollm2_train", "f_quickstart", "f_quickstart_seed1", "f_quickstart_seed2"):
         actor = composed[stage_id].actor_rollout_ref.actor
         assert not actor.use_kl_loss and actor.optim.lr == 3e-5, stage_id
         assert actor.ppo_mini_batch_size == composed[stage_id].data.train_batch_size == 16, stage_id
+    assert [composed[f"f_quickstart{tail}"].env.seed for tail in ("", "_seed1", "_seed2")] == [0, 1, 2]
 
 
 @pytest.mark.slow
