@@ -57,15 +57,16 @@ def headline(record: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in list(results.items())[:3] if not isinstance(v, (dict, list)))
 
 
-STARTUP_MARKS = ("Ray started", "worker up: WorkerDict", "workers ready", "first rollout done")
+STARTUP_MARKS = ("Ray started", "worker up: WorkerDict", "workers ready", "init engine", "first rollout done")
 
 
 def startup_line(events: list[dict]) -> str:
     """`start-up: Ray started 9.8 s, ...`: a few marks of a run's start-up breakdown (seconds since launch; the whole
-    list is in results.json)."""
+    list is in results.json). `init engine`: vLLM's engine ready (its line names what the engine's start took)."""
     marks = []
     for mark in STARTUP_MARKS:  # the first event of each (two GPUs start two WorkerDicts)
-        first = next((event for event in events if event["what"].startswith(mark)), None)
+        first = next((event for event in events if event["what"].startswith(mark)
+                      or (event["what"].startswith("vLLM ") and f": {mark}" in event["what"])), None)
         if first is not None:
             marks.append(f"{mark} {first['seconds']} s")
     return "start-up: " + ", ".join(marks)

@@ -203,10 +203,13 @@ def test_the_summary_row_of_a_training_stage_gives_its_start_up_marks():
                {"seconds": 30.1, "what": "worker up: WorkerDict (pid 3)"},
                {"seconds": 31.0, "what": "worker up: WorkerDict (pid 4)"},
                {"seconds": 50.0, "what": "workers ready (the trainer's first line)"},
+               {"seconds": 61.0, "what": "vLLM vLLMHttpServer (pid 5): torch.compile took 7.33 s in total"},
+               {"seconds": 64.0, "what": "vLLM vLLMHttpServer (pid 5): init engine (profile, create kv cache, "
+                                         "warmup model) took 12.80 s"},
                {"seconds": 70.2, "what": "first rollout done (step 1's generation: 13.0 s)"}]
     record = {"results": {"steps": {"1": {"timing_s/step": 5.0}}, "startup": startup, "checkpoint_step": 1}}
     assert headline(record) == ("step 1: 5.0 s; start-up: Ray started 9.8 s, worker up: WorkerDict 30.1 s, "
-                                "workers ready 50.0 s, first rollout done 70.2 s; checkpoint 1")
+                                "workers ready 50.0 s, init engine 64.0 s, first rollout done 70.2 s; checkpoint 1")
 
 
 def test_a_runs_metrics_file_wins_over_its_console_lines(tmp_path):

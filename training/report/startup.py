@@ -7,7 +7,8 @@ Read from what a run writes anyway: `logs/launch.json` (the driver's launch time
 timestamped line: the moment it had imported verl, which logs the platform it runs on) and `logs/progress.jsonl`
 (workers ready, the first step and its generation seconds), and Ray's own log of each worker process
 (`logs/ray/python-core-worker-*_<pid>.log`: when the process started and when its actor's `__init__` returned), so
-the time a worker spends starting, importing and initialising shows apart. On a GPU run the same lines name vLLM's
+the time a worker spends starting, importing and initialising shows apart; vLLM's own start-up lines (model load,
+torch.compile, CUDA graphs, the engine's init, each with its seconds) where a run uses it. On a GPU run the same lines name vLLM's
 server actors,
 so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
 breakdown to `logs/startup.json`.
@@ -26,6 +27,11 @@ from pathlib import Path
 # "[2026-11-28 13:27:21,976][...]" (hydra's driver log), "INFO:2026-11-28 13:28:23,639:..." (verl in a worker),
 # "2026-11-28 13:27:27,660	INFO worker.py..." (Ray), "2026-11-28 13:32:59,533 - INFO - ..." (TransferQueue)
 STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
+# vLLM's own lines (vllm/logger.py: "INFO 11-28 13:27:21 [core.py:338] ...", second precision, no year), as its
+# server actor and engine process write them into the actor's worker log: where its start-up goes
+VLLM_STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG) (\d\d-\d\d \d\d:\d\d:\d\d) \[[^\]]*\] (.*)")
+VLLM_MARKS = ("Starting to load model", "Loading weights took", "Model loading took", "Dynamo bytecode transform time",
+              "torch.compile took", "Graph capturing finished", "init engine (profile")
 LAUNCH_FILE = "launch.json"
 STARTUP_FILE = "startup.json"  # written when training ends (train_grpo.py), read by gpu_kit/results.py
 
@@ -91,6 +97,28 @@ def process_marks(ray_logs: Path, actors: dict[int, str]) -> list[tuple[float, s
     return marks
 
 
+def engine_marks(workers: Path, year: int) -> list[tuple[float, str]]:
+    """vLLM's start-up lines in the worker logs (model load, torch.compile, CUDA graphs, the engine's init), each
+    once per worker: `vLLM <Actor> (pid N): <its message>`. The lines' own durations say what each part took."""
+    marks = []
+    for path in sorted(workers.glob("*-*.*")):
+        actor, _, pid = path.stem.rpartition("-")
+        seen: set[str] = set()
+        try:
+            with open(path, errors="replace") as lines:
+                for line in lines:
+                    match = VLLM_STAMP.search(line)
+                    if match is None or (mark := next((m for m in VLLM_MARKS if match.group(2).startswith(m)), None)) \
+                            is None or mark in seen:
+                        continue
+                    seen.add(mark)
+                    at = time.mktime(time.strptime(f"{year}-{match.group(1)}", "%Y-%m-%d %H:%M:%S"))
+                    marks.append((at, f"vLLM {actor} (pid {pid}): {match.group(2).strip()[:110]}"))
+        except OSError:
+            continue
+    return marks
+
+
 def progress_events(path: Path) -> dict[str, float]:
     """Epoch seconds of the trainer's "ready", "train_begin" and first "step" records, and step 1's generation seconds."""
     found: dict[str, float] = {}
@@ -134,6 +162,9 @@ def startup_events(logs: Path) -> list[Event]:
     actors = {int(pid): actor for actor, _, pid in (path.stem.rpartition("-") for path in (logs / "workers").glob("*-*.*"))
               if pid.isdigit()}
     at += [(seconds, what) for seconds, what in process_marks(logs / "ray", actors) if since <= seconds <= until]
+    year = time.localtime(launch.get("launched") or progress.get("ready") or time.time()).tm_year
+    # whole seconds: a line stamped in the second before launch is still this launch's
+    at += [(seconds, what) for seconds, what in engine_marks(logs / "workers", year) if since - 1 <= seconds <= until]
     if "ready" in progress:
         at.append((progress["ready"], "workers ready (the trainer's first line)"))
     if "train_begin" in progress and progress["train_begin"] - progress.get("ready", 0) > 1:

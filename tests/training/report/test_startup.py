@@ -81,3 +81,38 @@ def test_a_run_without_a_launch_record_counts_from_its_first_event_and_an_empty_
     assert main([str(logs)]) == 0
     assert main([str(tmp_path / "nothing")]) == 1 and write_startup(tmp_path / "nothing") is None
     assert "no start-up record in" in capsys.readouterr().err
+
+
+def test_vllms_own_start_up_lines_show_where_its_engine_spent_the_time(tmp_path):
+    """A GPU run's rollout server: vLLM logs its model load, torch.compile, CUDA graphs and engine init with their
+    seconds (second-precision stamps without a year) into the server actor's worker log, from its engine process too."""
+    logs = tmp_path / "logs"
+    t0 = 1_795_872_430.0
+    write_launch(logs, t0)
+    workers = logs / "workers"
+    workers.mkdir()
+
+    def vllm(at: float, where: str, message: str, engine: bool = True) -> str:
+        prefix = "(EngineCore_DP0 pid=17640) " if engine else ""
+        return f"{prefix}INFO {time.strftime('%m-%d %H:%M:%S', time.localtime(t0 + at))} [{where}] {message}\n"
+
+    (workers / "vLLMHttpServer-17601.err").write_text("".join([
+        vllm(61, "api_server.py:1890", "vLLM API server version 0.24.0", engine=False),
+        vllm(70, "gpu_model_runner.py:2602", "Starting to load model /models/smollm2..."),
+        vllm(72, "default_loader.py:267", "Loading weights took 0.21 seconds"),
+        vllm(72, "gpu_model_runner.py:2653", "Model loading took 0.2557 GiB memory and 1.512003 seconds"),
+        vllm(88, "backends.py:548", "Dynamo bytecode transform time: 14.92 s"),
+        vllm(101, "monitor.py:34", "torch.compile took 27.33 s in total"),
+        vllm(103, "gpu_model_runner.py:3480", "Graph capturing finished in 1 secs, took 0.35 GiB"),
+        vllm(104, "core.py:210", "init engine (profile, create kv cache, warmup model) took 32.80 s"),
+        vllm(130, "gpu_model_runner.py:3480", "Graph capturing finished in 1 secs, took 0.35 GiB"),  # a later wake
+    ]))
+    whats = [(round(e.seconds), e.what) for e in startup_events(logs)]
+    assert [what for _, what in whats if what.startswith("vLLM")] == [
+        f"vLLM vLLMHttpServer (pid 17601): {message}" for message in (
+            "Starting to load model /models/smollm2...", "Loading weights took 0.21 seconds",
+            "Model loading took 0.2557 GiB memory and 1.512003 seconds", "Dynamo bytecode transform time: 14.92 s",
+            "torch.compile took 27.33 s in total", "Graph capturing finished in 1 secs, took 0.35 GiB",
+            "init engine (profile, create kv cache, warmup model) took 32.80 s")]  # each once: its start-up's
+    assert (104, "vLLM vLLMHttpServer (pid 17601): init engine (profile, create kv cache, warmup model) took 32.80 s") \
+        in whats
