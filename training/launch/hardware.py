@@ -175,8 +175,16 @@ def size_ray(cfg: DictConfig) -> list[str]:
     return []
 
 
+def flash_attn_2_installed() -> bool:
+    """Whether the `flash_attn` package is flash-attn 2's: flash-attn-4 installs `flash_attn.cute` into the same
+    package, and an importable `flash_attn` from it alone must not pass for flash-attn 2 (transformers tells the two
+    apart by the distribution's name too)."""
+    installed = importlib.metadata.packages_distributions().get("flash_attn", [])
+    return "flash-attn" in {name.replace("_", "-").lower() for name in installed}
+
+
 def choose_attention(cfg: DictConfig) -> str:
-    """Sets the attention kernel of a CUDA run unless the config names one: flash-attn when it is installed
+    """Sets the attention kernel of a CUDA run unless the config names one: flash-attn 2 when it is installed
     (an optional source build), else PyTorch's sdpa (verl's own default, flash_attention_2, would fail without it).
     Without flash-attn's varlen kernels, packed micro-batches (model.use_remove_padding) attend over one dense (T, T)
     block mask whose cost grows with the square of the sequences packed (BENCHMARKS.md: a decoder layer 1.8x the
@@ -186,7 +194,7 @@ def choose_attention(cfg: DictConfig) -> str:
     choice = str(override.get("attn_implementation") or "")
     with open_dict(cfg):
         if not choice:
-            choice = "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+            choice = "flash_attention_2" if flash_attn_2_installed() else "sdpa"
             model.override_config = OmegaConf.merge(override, {"attn_implementation": choice})
         if not choice.startswith("flash_attention"):
             model.use_remove_padding = False

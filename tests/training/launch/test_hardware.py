@@ -12,6 +12,7 @@ from training.launch.hardware import (
     apply_cpu_backend,
     apply_cpu_overrides,
     choose_attention,
+    flash_attn_2_installed,
     choose_vllm_sampler,
     gpu_stack_problems,
     ray_cpu_demand,
@@ -166,16 +167,42 @@ def test_vllm_samples_with_pytorch_without_flashinfer(monkeypatch):
 
 
 def test_attention_defaults_to_sdpa_without_flash_attn():
-    import importlib.util
-
     cfg = compose_config("quickstart")
-    expected = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+    expected = "flash_attention_2" if flash_attn_2_installed() else "sdpa"
     assert choose_attention(cfg) == expected == cfg.actor_rollout_ref.model.override_config.attn_implementation
     chosen = compose_config("quickstart", ["+actor_rollout_ref.model.override_config.attn_implementation=eager"])
     assert choose_attention(chosen) == "eager"
     # Without flash-attn's varlen kernels a packed micro-batch attends over a dense block mask: train padded.
     assert cfg.actor_rollout_ref.model.use_remove_padding is (expected == "flash_attention_2")
     assert chosen.actor_rollout_ref.model.use_remove_padding is False
+
+
+def fake_distribution(site, name: str, version: str, files: dict[str, str]) -> None:
+    """A distribution installed into `site` as pip leaves one: its files and a dist-info naming them."""
+    for path, text in files.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in files))
+
+
+def test_flash_attn_4_alone_is_not_taken_for_flash_attn_2(tmp_path, monkeypatch):
+    """flash-attn-4 installs `flash_attn/cute/` only: `flash_attn` imports (a namespace package) but has no flash-attn 2
+    kernels, so the run stays on sdpa, padded; flash-attn 2's own distribution chooses it."""
+    import importlib.util
+
+    site = tmp_path / "site"
+    fake_distribution(site, "flash-attn-4", "4.0.0b9", {"flash_attn/cute/__init__.py": ""})
+    monkeypatch.syspath_prepend(str(site))
+    assert importlib.util.find_spec("flash_attn") is not None and not flash_attn_2_installed()
+    cfg = compose_config("quickstart")
+    assert choose_attention(cfg) == "sdpa" and cfg.actor_rollout_ref.model.use_remove_padding is False
+    fake_distribution(site, "flash_attn", "2.8.3", {"flash_attn/__init__.py": "", "flash_attn/bert_padding.py": ""})
+    assert flash_attn_2_installed()
+    cfg = compose_config("quickstart")
+    assert choose_attention(cfg) == "flash_attention_2" and cfg.actor_rollout_ref.model.use_remove_padding is True
 
 
 def test_cpu_threads_follow_the_process_affinity():
