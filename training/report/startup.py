@@ -8,9 +8,8 @@ timestamped line: the moment it had imported verl, which logs the platform it ru
 (workers ready, the first step and its generation seconds), and Ray's own log of each worker process
 (`logs/ray/python-core-worker-*_<pid>.log`: when the process started and when its actor's `__init__` returned), so
 the time a worker spends starting, importing and initialising shows apart; vLLM's own start-up lines (model load,
-torch.compile, CUDA graphs, the engine's init, each with its seconds) where a run uses it. On a GPU run the same lines name vLLM's
-server actors,
-so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
+torch.compile, CUDA graphs, the engine's init, each with its seconds) where a run uses it. On a GPU run the same
+lines name vLLM's server actors, so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
 breakdown to `logs/startup.json`.
 """
 
@@ -86,10 +85,10 @@ def process_marks(ray_logs: Path, actors: dict[int, str]) -> list[tuple[float, s
     anything of ours or verl's) and `ready` (the actor's `__init__` returned; a task's worker has no such line)."""
     marks = []
     for path in sorted(ray_logs.glob("python-core-worker-*_*.log")):
-        pid = int(path.stem.rpartition("_")[2]) if path.stem.rpartition("_")[2].isdigit() else None
-        if pid not in actors:  # Ray's prestarted idle workers never get an actor
+        pid = path.stem.rpartition("_")[2]
+        if not pid.isdigit() or int(pid) not in actors:  # Ray's prestarted idle workers never get an actor
             continue
-        name = f"{actors[pid]} (pid {pid})"
+        name = f"{actors[int(pid)]} (pid {pid})"
         if started := first_stamp(path, "Constructing CoreWorkerProcess"):
             marks.append((started, f"process started: {name}"))
         if ready := first_stamp(path, "Actor creation task finished"):
@@ -97,23 +96,31 @@ def process_marks(ray_logs: Path, actors: dict[int, str]) -> list[tuple[float, s
     return marks
 
 
+def vllm_mark(line: str, year: int) -> tuple[float, str, str] | None:
+    """(epoch seconds, which VLLM_MARKS, the message) of one of vLLM's start-up lines, else None."""
+    match = VLLM_STAMP.search(line)
+    mark = next((m for m in VLLM_MARKS if match.group(2).startswith(m)), None) if match else None
+    if mark is None:
+        return None
+    at = time.mktime(time.strptime(f"{year}-{match.group(1)}", "%Y-%m-%d %H:%M:%S"))
+    return at, mark, match.group(2).strip()[:110]
+
+
 def engine_marks(workers: Path, year: int) -> list[tuple[float, str]]:
-    """vLLM's start-up lines in the worker logs (model load, torch.compile, CUDA graphs, the engine's init), each
-    once per worker: `vLLM <Actor> (pid N): <its message>`. The lines' own durations say what each part took."""
-    marks = []
+    """vLLM's start-up lines in the worker logs (model load, torch.compile, CUDA graphs, the engine's init), the
+    first of each per worker (a later one is a wake-up): `vLLM <Actor> (pid N): <its message>`, whose own seconds say
+    what that part took."""
+    marks, seen_by = [], {}
     for path in sorted(workers.glob("*-*.*")):
         actor, _, pid = path.stem.rpartition("-")
-        seen: set[str] = set()
+        seen = seen_by.setdefault(path.stem, set())  # the .out and .err of one process together
         try:
             with open(path, errors="replace") as lines:
-                for line in lines:
-                    match = VLLM_STAMP.search(line)
-                    if match is None or (mark := next((m for m in VLLM_MARKS if match.group(2).startswith(m)), None)) \
-                            is None or mark in seen:
-                        continue
-                    seen.add(mark)
-                    at = time.mktime(time.strptime(f"{year}-{match.group(1)}", "%Y-%m-%d %H:%M:%S"))
-                    marks.append((at, f"vLLM {actor} (pid {pid}): {match.group(2).strip()[:110]}"))
+                for found in filter(None, (vllm_mark(line, year) for line in lines)):
+                    at, mark, message = found
+                    if mark not in seen:
+                        seen.add(mark)
+                        marks.append((at, f"vLLM {actor} (pid {pid}): {message}"))
         except OSError:
             continue
     return marks
