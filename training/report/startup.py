@@ -9,8 +9,8 @@ timestamped line: the moment it had imported verl, which logs the platform it ru
 (`logs/ray/python-core-worker-*_<pid>.log`: when the process started and when its actor's `__init__` returned), so
 the time a worker spends starting, importing and initialising shows apart; vLLM's own start-up lines (model load,
 torch.compile, CUDA graphs, the engine's init, each with its seconds) where a run uses it. On a GPU run the same
-lines name vLLM's server actors, so one tool breaks the start-up down on both (issue 46, item 3). When training ends, the driver writes the same
-breakdown to `logs/startup.json`.
+lines name vLLM's server actors, so one tool breaks the start-up down on both (issue 46, item 3). When training
+ends, the driver writes the same breakdown to `logs/startup.json`.
 """
 
 from __future__ import annotations
@@ -69,11 +69,20 @@ def first_stamp(path: Path, contains: str = "") -> float | None:
     return None
 
 
+def worker_logs(workers: Path) -> list[tuple[str, str, Path]]:
+    """(actor, pid, path) of each of a run's worker logs, `<Actor>-<pid>.{out,err}` (training/launch/ray_logs.py)."""
+    found = []
+    for path in sorted(workers.glob("*-*.*")):
+        actor, _, pid = path.stem.rpartition("-")
+        if pid.isdigit():
+            found.append((actor, pid, path))
+    return found
+
+
 def worker_starts(workers: Path) -> dict[str, float]:
     """{"<Actor> (pid N)": its first timestamp} over a run's worker logs (the .err and .out of one pid together)."""
     starts: dict[str, float] = {}
-    for path in sorted(workers.glob("*-*.*")):
-        actor, _, pid = path.stem.rpartition("-")
+    for actor, pid, path in worker_logs(workers):
         if seconds := first_stamp(path):
             name = f"{actor} (pid {pid})"
             starts[name] = min(seconds, starts.get(name, seconds))
@@ -111,9 +120,8 @@ def engine_marks(workers: Path, year: int) -> list[tuple[float, str]]:
     first of each per worker (a later one is a wake-up): `vLLM <Actor> (pid N): <its message>`, whose own seconds say
     what that part took."""
     marks, seen_by = [], {}
-    for path in sorted(workers.glob("*-*.*")):
-        actor, _, pid = path.stem.rpartition("-")
-        seen = seen_by.setdefault(path.stem, set())  # the .out and .err of one process together
+    for actor, pid, path in worker_logs(workers):
+        seen = seen_by.setdefault(pid, set())  # the .out and .err of one process together
         try:
             with open(path, errors="replace") as lines:
                 for found in filter(None, (vllm_mark(line, year) for line in lines)):
@@ -166,8 +174,7 @@ def startup_events(logs: Path) -> list[Event]:
     since, until = launch.get("launched", float("-inf")), progress.get("step", float("inf"))
     at += [(seconds, f"worker up: {name}") for name, seconds in worker_starts(logs / "workers").items()
            if since <= seconds <= until]
-    actors = {int(pid): actor for actor, _, pid in (path.stem.rpartition("-") for path in (logs / "workers").glob("*-*.*"))
-              if pid.isdigit()}
+    actors = {int(pid): actor for actor, pid, _ in worker_logs(logs / "workers")}
     at += [(seconds, what) for seconds, what in process_marks(logs / "ray", actors) if since <= seconds <= until]
     year = time.localtime(launch.get("launched") or progress.get("ready") or time.time()).tm_year
     # whole seconds: a line stamped in the second before launch is still this launch's
