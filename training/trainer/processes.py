@@ -122,8 +122,9 @@ def probe(processes: list[RunProcess], timeout: float) -> list[Probe]:
     cpu_before = {p.pid: _cpu_seconds(p.pid) for p in processes if p.local and p.pid}
     pending, deadline = [ref for ref in refs if ref is not None], time.monotonic() + timeout
     ready: list = []
-    while pending and time.monotonic() < deadline:  # no need to wait the timeout out for a stopped process
-        done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(0.5, deadline - time.monotonic()))
+    while pending and (left := deadline - time.monotonic()) > 0:  # a stopped process need not wait the timeout out
+        # one reading of the clock: a second one could fall past the deadline, and Ray refuses a negative timeout
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(0.5, left))
         ready += done
         if all(_stopped(refs[ref]) for ref in pending):
             break

@@ -10,6 +10,29 @@ import pytest
 from training.trainer.processes import ALIVE, DEAD, SILENT, RunProcess, kill, probe, ray_reason
 
 
+def test_probe_survives_the_clock_passing_its_deadline_between_two_readings(monkeypatch):
+    """The guardian's probe waits in slices up to a deadline. When the clock passes the deadline between the loop's
+    check and the slice's length, the slice must not come out negative: Ray refuses that with a ValueError (seen once
+    in CI, in the real-actor test below). A fake clock puts that crossing on every run."""
+    from types import SimpleNamespace
+
+    import training.trainer.processes as processes
+
+    readings = iter([0.0, 0.9999999, 1.0000001, 1.5, 2.0, 2.5])
+    monkeypatch.setattr(processes, "time", SimpleNamespace(monotonic=lambda: next(readings)))
+
+    def wait(pending, num_returns, timeout):
+        if timeout < 0:
+            raise ValueError(f"The 'timeout' argument must be nonnegative. Received {timeout}")
+        return [], pending
+
+    monkeypatch.setattr(processes.ray, "wait", wait)
+    monkeypatch.setattr(processes.ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node"))
+    handle = SimpleNamespace(__ray_call__=SimpleNamespace(remote=lambda fn: object()))
+    [silent] = probe([RunProcess("rollout server 0", handle)], timeout=1.0)
+    assert silent.state == SILENT
+
+
 @pytest.mark.slow
 @pytest.mark.serial  # "busy" is CPU time used during the probe: a loaded machine starves the spinning actor
 def test_probe_tells_alive_dead_stopped_and_busy_actors_apart():
