@@ -11,9 +11,10 @@ from training.trainer.processes import ALIVE, DEAD, SILENT, RunProcess, kill, pr
 
 
 def test_probe_survives_the_clock_passing_its_deadline_between_two_readings(monkeypatch):
-    """The guardian's probe waits in slices up to a deadline. When the clock passes the deadline between the loop's
-    check and the slice's length, the slice must not come out negative: Ray refuses that with a ValueError (seen once
-    in CI, in the real-actor test below). A fake clock puts that crossing on every run."""
+    """The probe that the watchdog and the fault report use waits in slices up to a deadline. When the clock passes
+    the deadline between the loop's check and the slice's length, the slice must not come out negative: Ray refuses
+    that with a ValueError (seen once in CI, in the real-actor test below). A fake clock puts that crossing on every
+    run."""
     from types import SimpleNamespace
 
     import training.trainer.processes as processes
