@@ -10,6 +10,7 @@ on CUDA only: on the CPU, test_shipped_configs.py's launches of `dapo` (dynamic 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,34 @@ def test_checkpoint_exports_and_evaluates(trained, tmp_path):
     assert evaluate.returncode == 0, evaluate.stdout[-3000:] + evaluate.stderr[-3000:]
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert results and (tmp_path / "eval" / "generations.jsonl").read_text().count("\n") == 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_checkpoint_missing_a_shard_is_refused_before_ray_with_a_command_that_works(trained, tiny_run, tmp_path):
+    """The fixture's checkpoints copied and damaged as a partial copy leaves them (step 3's model shard gone): the
+    launch refuses before Ray starts, names the file, and its command resumes from step 2 (run here to the point
+    where it would train: with 2 steps asked, the experiment is finished at step 2 and exits 0, no Ray)."""
+    fixture_dir, _, _ = trained
+    device = "cpu" if "cpu" in fixture_dir.name else "cuda"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(fixture_dir / "ckpt", ckpt)
+    (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").unlink()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = ["training/train_grpo.py", "--config-name", "quickstart", *tiny_run, f"trainer.device={device}",
+           "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    refused = subprocess.run([sys.executable, *cmd], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "starting Ray" not in output, output[-3000:]
+    assert f"{ckpt / 'global_step_3'} is damaged" in output and "missing: actor/model_world_size_1_rank_0.pt" in output
+    command = output.split("resume from the last complete step, global_step_2: ")[1].splitlines()[0]
+    assert command.endswith(f"trainer.resume_mode=resume_path trainer.resume_from_path={ckpt / 'global_step_2'}")
+    args = [arg.replace("trainer.total_training_steps=4", "trainer.total_training_steps=2")
+            for arg in shlex.split(command)[1:]]
+    done = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "already finished at step 2" in done.stdout, (done.stdout + done.stderr)[-3000:]
 
 
 EVAL = ["--eval-config", "configs/eval/smoke.yaml", "--eval-backend", "hf", "--eval-override", "suite.size=2",

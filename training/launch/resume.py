@@ -5,7 +5,9 @@ loads the model, trains 0 steps and exits 0, and a resume with another env.mix, 
 weights with the new settings. So, before Ray starts, `check_resume` finds the checkpoint verl would load (the same
 rules as verl's `_load_checkpoint`) and compares it with `run_manifest.json`, which each launch writes into
 trainer.default_local_dir: a finished experiment stops here with exit 0 and says how to continue; a checkpoint of
-another mix, model or seed is refused (ConfigProblem, exit 2); otherwise one line says "resuming" or "starting fresh".
+another mix, model or seed is refused (ConfigProblem, exit 2), and so is a step that lacks a file verl loads (a shard
+of a rank, data.pt), with the command that resumes from the last complete step; otherwise one line says "resuming" or
+"starting fresh".
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +29,8 @@ TRACKER = "latest_checkpointed_iteration.txt"  # verl.utils.checkpoint.checkpoin
 STEP_PREFIX = "global_step_"
 COMPARED = ("env.mix", "env.seed", "actor_rollout_ref.model.path")  # what a resume must keep (env.mix by fingerprint)
 FRESH = "trainer.resume_mode=disable or a new trainer.experiment_name"
+# verl's FSDPCheckpointManager: what each item of checkpoint.load_contents loads, as <prefix>_world_size_W_rank_R.pt
+SHARDS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}
 
 
 class AlreadyFinished(Exception):
@@ -41,7 +47,8 @@ def resume_point(cfg: DictConfig) -> tuple[Path | None, int]:
 
     Mirrors verl 0.9.1 (trainer_base._load_checkpoint and find_latest_ckpt_path): `disable` starts fresh; `auto` reads
     the step in <default_local_dir>/latest_checkpointed_iteration.txt and starts fresh when that file or its folder is
-    missing; `resume_path` takes the step from trainer.resume_from_path. What verl would crash on is a ConfigProblem."""
+    missing; `resume_path` takes the step from trainer.resume_from_path. What verl would crash on (a garbled tracker,
+    a step that lacks a file verl loads) is a ConfigProblem."""
     mode, trainer = str(cfg.trainer.resume_mode), cfg.trainer
     if mode == "disable":
         return None, 0
@@ -58,7 +65,10 @@ def resume_point(cfg: DictConfig) -> tuple[Path | None, int]:
             raise ConfigProblem(f"{tracker} holds {text[:40]!r}, not a step number; write the step of the last "
                                 f"complete global_step_N folder there, or start fresh ({FRESH})") from None
         folder = tracker.parent / f"{STEP_PREFIX}{step}"
-        return (folder, step) if folder.exists() else (None, 0)
+        if not folder.exists():
+            return None, 0
+        refuse_if_damaged(folder, cfg, f"{tracker} names step {step}")
+        return folder, step
     if mode == "resume_path":
         path = trainer.get("resume_from_path")
         if not isinstance(path, str) or STEP_PREFIX not in path:
@@ -71,9 +81,7 @@ def resume_point(cfg: DictConfig) -> tuple[Path | None, int]:
         step = int(step_text)
         if not folder.is_dir():
             raise ConfigProblem(f"trainer.resume_from_path={path}: no such folder; point it at a global_step_N folder")
-        if not is_complete(folder):
-            raise ConfigProblem(f"trainer.resume_from_path={path}: an incomplete checkpoint (no data.pt or actor/: its "
-                                "write was interrupted); point it at a complete global_step_N folder")
+        refuse_if_damaged(folder, cfg, f"trainer.resume_from_path={path}")
         return folder, step
     raise ConfigProblem(f"trainer.resume_mode={mode}: use auto, disable or resume_path")
 
@@ -81,6 +89,71 @@ def resume_point(cfg: DictConfig) -> tuple[Path | None, int]:
 def is_complete(folder: Path) -> bool:
     """True when verl finished writing `folder`: it writes actor/ first, then data.pt, then the tracker file."""
     return (folder / "data.pt").is_file() and (folder / "actor").is_dir()
+
+
+def checkpoint_world_size(actor: Path) -> int | None:
+    """The number of ranks that saved `actor` (a global_step_N/actor folder): fsdp_config.json's world_size, which
+    verl's rank 0 writes on every save, else the largest W of the model_world_size_W_rank_R.pt shards there."""
+    try:
+        return int(json.loads((actor / "fsdp_config.json").read_text())["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        sizes = [part.split("_rank_")[0] for part in (p.name[len("model_world_size_"):]
+                                                      for p in actor.glob("model_world_size_*_rank_*.pt"))]
+        return max((int(size) for size in sizes if size.isdigit()), default=None)
+
+
+def missing_files(folder: Path, contents: list[str]) -> list[str]:
+    """Returns the files (relative to `folder`, a global_step_N) that verl's load would open and cannot: data.pt, and
+    per rank of the checkpoint's world size the shards of `contents` (actor.checkpoint.load_contents: model,
+    optimizer, extra), as verl's FSDPCheckpointManager names them."""
+    missing = [] if (folder / "data.pt").is_file() else ["data.pt"]
+    actor = folder / "actor"
+    world_size = checkpoint_world_size(actor) if actor.is_dir() else None
+    if world_size is None:
+        return missing + ["actor/fsdp_config.json (and every model_world_size_W_rank_R.pt shard)"]
+    for rank in range(world_size):
+        missing += [f"actor/{SHARDS[item]}_world_size_{world_size}_rank_{rank}.pt" for item in contents
+                    if item in SHARDS
+                    and not (actor / f"{SHARDS[item]}_world_size_{world_size}_rank_{rank}.pt").is_file()]
+    return missing
+
+
+def load_contents(cfg: DictConfig) -> list[str]:
+    """What verl's actor loads from a checkpoint (actor_rollout_ref.actor.checkpoint.load_contents)."""
+    checkpoint = cfg.actor_rollout_ref.actor.get("checkpoint") or {}
+    return list(checkpoint.get("load_contents") or ["model", "optimizer", "extra"])
+
+
+def last_complete_step(directory: Path, before: int, contents: list[str]) -> Path | None:
+    """The global_step_N folder of `directory` with the highest N < `before` that has every file verl loads."""
+    steps = sorted((int(p.name[len(STEP_PREFIX):]), p) for p in directory.glob(f"{STEP_PREFIX}*")
+                   if p.name[len(STEP_PREFIX):].isdigit() and int(p.name[len(STEP_PREFIX):]) < before)
+    return next((folder for _, folder in reversed(steps) if not missing_files(folder, contents)), None)
+
+
+def command_with(*overrides: str) -> str:
+    """This launch's command line (`python` and sys.argv) with `overrides` in place of its trainer.resume_* ones."""
+    replaced = {override.split("=", 1)[0] for override in overrides}
+    kept = [arg for arg in sys.argv if arg.split("=", 1)[0].lstrip("+") not in replaced]
+    return " ".join(shlex.quote(part) for part in ["python", *kept, *overrides])
+
+
+def refuse_if_damaged(folder: Path, cfg: DictConfig, chosen_by: str) -> None:
+    """Raises ConfigProblem naming the files `folder` lacks (a partial copy, a disk fault, a cut write): verl would
+    start Ray and fail inside a worker on the first of them. The message gives the command that resumes from the
+    last complete step (or starts fresh), and leaves the damaged step alone, so that a copy can still be finished."""
+    contents = load_contents(cfg)
+    missing = missing_files(folder, contents)
+    if not missing:
+        return
+    step = int(folder.name[len(STEP_PREFIX):])
+    earlier = last_complete_step(folder.parent, step, contents)
+    fix = (f"resume from the last complete step, {earlier.name}: "
+           f"{command_with('trainer.resume_mode=resume_path', f'trainer.resume_from_path={earlier}')}"
+           if earlier is not None else f"no earlier step is complete; start fresh with {FRESH}")
+    raise ConfigProblem(f"{chosen_by}, but {folder} is damaged (a partial copy, a disk fault or a cut save): "
+                        f"{len(missing)} file(s) verl loads are missing: {', '.join(missing[:6])}"
+                        f"{', ...' if len(missing) > 6 else ''}. Restore them to resume from step {step}, or {fix}")
 
 
 def incomplete_steps(directory: Path, resumed_step: int) -> list[str]:

@@ -18,10 +18,15 @@ def config(ckpt, *overrides, steps=5):
                                          "actor_rollout_ref.model.path=/models/a", *overrides])
 
 
-def save_checkpoint(ckpt, step):
-    """What verl's _save_checkpoint leaves: global_step_N/{actor,data.pt} and the tracker file with N."""
+def save_checkpoint(ckpt, step, world_size=1):
+    """What verl's _save_checkpoint leaves: global_step_N/actor with fsdp_config.json and the model, optimizer and
+    extra-state shard of each rank, global_step_N/data.pt, and the tracker file with N."""
     folder = ckpt / f"global_step_{step}"
     (folder / "actor").mkdir(parents=True)
+    (folder / "actor" / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world_size}))
+    for rank in range(world_size):
+        for prefix in ("model", "optim", "extra_state"):
+            (folder / "actor" / f"{prefix}_world_size_{world_size}_rank_{rank}.pt").write_bytes(b"")
     (folder / "data.pt").write_bytes(b"")
     (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
     return folder
@@ -130,9 +135,53 @@ def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path, capsys):
     (ckpt / "global_step_3" / "actor").mkdir(parents=True)  # the weights' folder, written first; no data.pt
     line = check_resume(config(ckpt, steps=4))
     assert line.startswith(f"resuming {ckpt} from step 2 of 4; global_step_3 past it or incomplete")
-    with pytest.raises(ConfigProblem, match="an incomplete checkpoint"):
+    with pytest.raises(ConfigProblem, match="is damaged .* missing: data.pt, actor/fsdp_config.json"):
         resume_point(config(ckpt, "trainer.resume_mode=resume_path",
                             f"trainer.resume_from_path={ckpt / 'global_step_3'}"))
+
+
+def test_a_damaged_latest_step_is_refused_with_the_command_that_resumes_from_the_last_complete_one(tmp_path,
+                                                                                                   monkeypatch):
+    """A step that lacks a shard (a partial copy between machines, a disk fault) is named before Ray starts, with
+    every missing file; the refusal's command resumes from the last complete step, and the damaged one is left as is."""
+    ckpt = tmp_path / "ckpt"
+    check_resume(config(ckpt))
+    two = save_checkpoint(ckpt, 2, world_size=2)
+    four = save_checkpoint(ckpt, 4, world_size=2)
+    (four / "actor" / "optim_world_size_2_rank_1.pt").unlink()
+    (four / "actor" / "model_world_size_2_rank_0.pt").unlink()
+    monkeypatch.setattr("sys.argv", ["training/train_grpo.py", "--config-name", "quickstart", "trainer.resume_mode=auto"])
+    with pytest.raises(ConfigProblem) as refused:
+        check_resume(config(ckpt))
+    message = str(refused.value)
+    assert f"{ckpt}/latest_checkpointed_iteration.txt names step 4, but {four} is damaged" in message
+    assert ("2 file(s) verl loads are missing: actor/model_world_size_2_rank_0.pt, actor/optim_world_size_2_rank_1.pt"
+            in message)
+    command = (f"python training/train_grpo.py --config-name quickstart trainer.resume_mode=resume_path "
+               f"trainer.resume_from_path={two}")
+    assert message.endswith(f"or resume from the last complete step, global_step_2: {command}")
+    resumed = check_resume(config(ckpt, *command.split()[4:]))  # the command's overrides: a resume from step 2
+    assert resumed.startswith(f"resuming {ckpt} from step 2 of 5; global_step_4 past it")
+    assert sorted(p.name for p in (four / "actor").iterdir()) == [
+        "extra_state_world_size_2_rank_0.pt", "extra_state_world_size_2_rank_1.pt", "fsdp_config.json",
+        "model_world_size_2_rank_1.pt", "optim_world_size_2_rank_0.pt"]  # left for a copy to be finished
+    with pytest.raises(ConfigProblem, match=f"trainer.resume_from_path={four}, but {four} is damaged"):
+        check_resume(config(ckpt, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={four}"))
+
+
+def test_which_files_a_step_needs_follow_its_world_size_and_what_verl_loads(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    one = save_checkpoint(ckpt, 1)
+    (one / "data.pt").unlink()  # a lost data state, and no earlier step: only a fresh start is offered
+    with pytest.raises(ConfigProblem, match=r"missing: data.pt\. Restore .* no earlier step is complete; start fresh"):
+        check_resume(config(ckpt))
+    three = save_checkpoint(ckpt, 3, world_size=2)
+    (three / "actor" / "fsdp_config.json").unlink()  # the shards' names still say the world size
+    (three / "actor" / "extra_state_world_size_2_rank_1.pt").unlink()
+    with pytest.raises(ConfigProblem, match=r"missing: actor/extra_state_world_size_2_rank_1\.pt\. .* start fresh"):
+        check_resume(config(ckpt))
+    only_model = "actor_rollout_ref.actor.checkpoint.load_contents=[model]"  # verl then opens the model shards only
+    assert check_resume(config(ckpt, only_model)).startswith(f"resuming {ckpt} from step 3 of 5")
 
 
 def test_resume_path_is_checked_against_the_manifest_of_its_experiment(tmp_path):
