@@ -246,7 +246,14 @@ def sigterm_stops_training():
 def run(cfg: DictConfig) -> int:
     """Checks, then the preflight (preflight=true) or training on CUDA or the CPU backend. Returns the exit code."""
     from training.launch.cluster import cluster_address
+    from training.launch.ray_auth import auth_problem, forward_auth_mode
 
+    # A cluster that refuses this driver's token is named first, in one line (Ray itself would retry for 26 s and
+    # then say that no cluster answers).
+    if cluster_address(cfg) and (refused := auth_problem(cluster_address(cfg))):
+        print(f"[check] {refused}", file=sys.stderr)
+        return 2
+    forward_auth_mode(cfg)
     torch_cuda = probe_torch()
     # A launch never trains on another device than asked without saying so. A run that joins a Ray cluster is
     # checked against the cluster's resources instead: its driver may sit on a node without GPUs.
