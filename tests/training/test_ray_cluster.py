@@ -1,0 +1,178 @@
+"""Joining a Ray cluster as a user starts one: a head from `ray start --head`, token authentication on as Ray turns it on
+(tests/training/ray_head.py), one head for the module, started by the SLURM script's own head line
+(docs/examples/slurm_multinode.sh). A driver with the token trains; drivers without it, or with another, get one line
+before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job; the script's `submit` starts a job
+that `ray job stop` ends mid-run, leaving no actor or process of the run. Every process this module starts is stopped
+by pid (never `ray stop`, which would stop every Ray on the machine)."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.training.ray_head import RAY, RayHead, plain_env, start_head, wait_until
+from tests.training.test_train import PROMPTS, SAMPLES, run_logs, step_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "docs" / "examples" / "slurm_multinode.sh"
+CPUS = 12  # logical: the tiny CPU run's actors reserve 8 (training/launch/hardware.py: ray_cpu_demand)
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": ""}
+
+
+
+def test_the_slurm_script_parses_and_runs_its_steps_only_when_executed():
+    """`bash -n`, and sourcing it (as the tests below do) defines its steps without running any."""
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
+    sourced = subprocess.run(["bash", "-c", f"source {SCRIPT} && declare -F"], capture_output=True, text=True,
+                             env=plain_env(RG_GRPO=str(REPO)), timeout=30)
+    assert sourced.returncode == 0 and sourced.stderr == "", sourced.stderr
+    for step in ("share_token", "start_head", "join_head", "wait_for_nodes", "submit", "main"):
+        assert f"declare -f {step}" in sourced.stdout
+
+
+@pytest.fixture(scope="module")
+def head():
+    started = start_head(CPUS, SCRIPT)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def run_args(tiny_run: list[str], run_dir: Path, steps: int) -> list[str]:
+    """The hydra overrides of a tiny CPU run of `steps` steps whose files are all under `run_dir`."""
+    return [*tiny_run, "trainer.device=cpu", f"trainer.total_training_steps={steps}", "trainer.save_freq=-1",
+            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+            f"hydra.run.dir={run_dir / 'hydra'}"]
+
+
+def drive(env: dict[str, str], args: list[str], timeout: float = 1200) -> subprocess.CompletedProcess:
+    """`python training/train_grpo.py --config-name quickstart ARGS` in a shell whose environment is `env`."""
+    return subprocess.run([sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *args],
+                          cwd=REPO, env={**env, **OFFLINE}, capture_output=True, text=True, timeout=timeout)
+
+
+def alive_actors(head: RayHead) -> list[dict]:
+    listed = head.ray("list", "actors", f"--address={head.address}", "--filter", "state=ALIVE", "--format=json",
+                      "--limit=1000", env=head.token_env())
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    return [] if "No resource in the cluster" in listed.stdout else json.loads(listed.stdout)
+
+
+def run_processes(head: RayHead, marker: str) -> list[str]:
+    """Processes of the machine that belong to a run (the marker, its folder, in their command line), and Ray worker
+    processes of the head that serve a job (titled `ray::` and neither an agent nor idle)."""
+    left = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if marker in command and process.pid != os.getpid():
+            left.append(f"{process.pid}: {command[:200]}")
+    for process in head.processes():
+        try:
+            title = " ".join(process.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if title.startswith("ray::") and not re.match(r"ray::(DashboardAgent|RuntimeEnvAgent|IDLE)", title):
+            left.append(f"{process.pid}: {title[:200]}")
+    return left
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_driver_with_the_token_joins_and_trains(head, tiny_run, tmp_path):
+    env = head.token_env(RAY_ADDRESS=head.address)  # a shell given the token: RAY_AUTH_MODE=token, the token's file
+    done = drive(env, run_args(tiny_run, tmp_path, 2))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert f"joining the Ray cluster at {head.address}: 1 node(s), {CPUS} CPUs, 1 GPU slots" in output
+    assert step_metrics(run_logs(tmp_path), 2)["env/samples"] == PROMPTS * SAMPLES
+    # the driver's RAY_AUTH_MODE reached the run's Ray workers (ray_init.runtime_env), the token itself did not
+    driver_log = (run_logs(tmp_path) / "driver.log").read_text()
+    assert "'RAY_AUTH_MODE': 'token'" in driver_log and str(head.token_file) not in driver_log
+
+
+@pytest.mark.slow
+def test_a_driver_without_the_token_is_told_in_one_line_before_anything_starts(head, tmp_path):
+    """A plain shell (no RAY_AUTH_*; its HOME's token, if any, is not the cluster's), and one with another token."""
+    for env, why in ((plain_env(RAY_ADDRESS=head.address), "this driver sent none (RAY_AUTH_MODE is unset, not token)"),
+                     (plain_env(RAY_ADDRESS=head.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="x" * 64),
+                      "the token this driver sent (from RAY_AUTH_TOKEN) is not the cluster's")):
+        done = drive(env, ["model=tiny", "trainer.device=cpu", f"hydra.run.dir={tmp_path / 'hydra'}"], timeout=300)
+        assert done.returncode == 2, done.stdout + done.stderr
+        [line] = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("[")]
+        assert line.startswith(f"[check] the Ray cluster at {head.address} answers but refuses this driver (")
+        assert f"it uses token authentication and {why}" in line
+        assert "RAY_AUTH_MODE=token" in line and "RAY_AUTH_MODE=disabled" in line
+        assert "[train]" not in done.stdout and "Failed to connect" not in done.stderr  # Ray was never started
+        assert "x" * 64 not in line
+
+
+def documented_submit() -> str:
+    """docs/faults.md's `ray job submit` line, as a user copies it."""
+    text = (REPO / "docs" / "faults.md").read_text()
+    [line] = [line for line in text.splitlines() if line.startswith("ray job submit ")]
+    return line
+
+
+def submit_until_an_agent_answers(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Runs the submit; submits again while the just-started head has no job agent yet (docs/faults.md says so)."""
+    deadline = time.monotonic() + 180
+    while True:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1500)
+        if "No available agent" not in done.stdout + done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(head, tiny_run, tmp_path):
+    token = head.token_file.read_text().strip()
+    shell = plain_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)  # the docs' `export RAY_AUTH_MODE=token ...`
+    line = documented_submit()
+    prefix = 'ray job submit --address=http://HEAD_IP:8265 -- bash -c "cd /path/to/rg-grpo && .venv/bin/python '
+    assert line.startswith(prefix) and line.endswith('"'), line
+    train_args = "training/train_grpo.py --config-name quickstart " + shlex.join(run_args(tiny_run, tmp_path / "job",
+                                                                                          2))
+    line = (line.replace("HEAD_IP:8265", f"127.0.0.1:{head.ports['--dashboard-port']}")
+            .replace("/path/to/rg-grpo", shlex.quote(str(REPO))))
+    line = line[:line.index("training/train_grpo.py")] + train_args + '"'
+    done = submit_until_an_agent_answers([RAY, *shlex.split(line)[1:]], shell)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and re.search(r"Job '\w+' succeeded", output), output[-6000:]
+    assert step_metrics(run_logs(tmp_path / "job"), 2)["env/samples"] == PROMPTS * SAMPLES
+    wait_until(lambda: not alive_actors(head), 60, "no actor alive after the job")
+
+    # the SLURM script's `submit`, of a long run, stopped by `ray job stop` once it trains
+    stopped, run_dir = "stopped-job", tmp_path / "stopped"
+    log = tmp_path / "submit.log"
+    env = head.script_env(CONFIG="quickstart", SUBMISSION_ID=stopped)
+    with open(log, "w") as out:
+        submit = subprocess.Popen(["bash", "-c", f"source {SCRIPT} && share_token && submit 127.0.0.1 "
+                                   + shlex.join(run_args(tiny_run, run_dir, 500))],
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: (run_logs(run_dir) / "metrics.jsonl").is_file() or submit.poll() is not None, 900,
+                   "the job's first step")
+        assert submit.poll() is None, log.read_text()[-6000:]
+        stop = head.ray("job", "stop", f"--address={head.dashboard}", stopped, env=shell)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        submit.wait(timeout=120)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+    status = head.ray("job", "status", f"--address={head.dashboard}", stopped, env=shell)
+    assert f"Job '{stopped}' was stopped" in status.stdout + status.stderr
+    try:
+        wait_until(lambda: not alive_actors(head) and not run_processes(head, str(run_dir)), 90, "nothing left")
+    except AssertionError:
+        raise AssertionError(f"left after `ray job stop`: actors {alive_actors(head)}, processes "
+                             f"{run_processes(head, str(run_dir))}") from None
+    assert "[train] starting Ray" in log.read_text()  # the script's lines ran the training as a job
