@@ -96,6 +96,12 @@ def test_a_driver_with_the_token_joins_and_trains(head, tiny_run, tmp_path):
     # the driver's RAY_AUTH_MODE reached the run's Ray workers (ray_init.runtime_env), the token itself did not
     driver_log = (run_logs(tmp_path) / "driver.log").read_text()
     assert "'RAY_AUTH_MODE': 'token'" in driver_log and str(head.token_file) not in driver_log
+    # the cluster's own nodes are what the checks compare a run with (ray.nodes(), read with the token)
+    three = drive(env, ["model=tiny", "trainer.device=cpu", "trainer.nnodes=3", f"hydra.run.dir={tmp_path / 'h3'}"],
+                  timeout=300)
+    assert three.returncode == 2, three.stdout + three.stderr
+    assert "trainer.nnodes=3 x trainer.n_gpus_per_node=1 needs 3 node(s)" in three.stderr
+    assert "the cluster has 1" in three.stderr and "[train]" not in three.stdout
 
 
 @pytest.mark.slow
@@ -175,4 +181,5 @@ def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(he
     except AssertionError:
         raise AssertionError(f"left after `ray job stop`: actors {alive_actors(head)}, processes "
                              f"{run_processes(head, str(run_dir))}") from None
-    assert "[train] starting Ray" in log.read_text()  # the script's lines ran the training as a job
+    # the script's lines ran the training as a job, and its driver ended as on SIGTERM (the resume command)
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in log.read_text()

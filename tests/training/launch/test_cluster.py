@@ -1,6 +1,5 @@
-"""Joining a running Ray cluster: no local sizing, and the checks read the cluster's own nodes."""
-
-import pytest
+"""Joining a running Ray cluster: no local sizing, and the checks of the cluster's nodes (on `ray.nodes()` rows as Ray
+gives them; a head from `ray start --head` is read and checked in tests/training/test_ray_cluster.py)."""
 
 from training.launch.cluster import check_existing_cluster, cluster_address, cluster_problems, drop_local_sizing
 from training.launch.config import compose_config, resolve_config
@@ -47,23 +46,3 @@ def test_cluster_problems_name_what_the_cluster_lacks():
     [problem] = cluster_problems(cfg, [node("a", 2, 1), node("b", 2, 1)], demand)
     assert f"has 4 logical CPUs on 2 node(s) but verl's actors reserve {demand}" in problem
 
-
-@pytest.mark.slow
-def test_a_real_two_node_cluster_is_read_and_checked(monkeypatch):
-    """A two-node cluster on this machine (ray.cluster_utils.Cluster), joined through RAY_ADDRESS."""
-    from ray.cluster_utils import Cluster
-
-    cfg = cpu_config("trainer.nnodes=2", "trainer.n_gpus_per_node=1")
-    demand = ray_cpu_demand(cfg)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": demand, "num_gpus": 1})
-    try:
-        cluster.add_node(num_cpus=4, num_gpus=1)
-        cluster.wait_for_nodes()
-        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-        assert check_existing_cluster(cfg, demand) == []
-        assert cfg.ray_kwargs.ray_init.num_gpus is None and cfg.ray_kwargs.ray_init.num_cpus is None
-        three = cpu_config("trainer.nnodes=3", "trainer.n_gpus_per_node=1")
-        [problem] = check_existing_cluster(three, demand)
-        assert "trainer.nnodes=3" in problem and "the cluster has 2" in problem
-    finally:
-        cluster.shutdown()
