@@ -2,7 +2,7 @@
 (tests/training/ray_head.py), one head for the module, started by the SLURM script's own head line
 (docs/examples/slurm_multinode.sh). A driver with the token trains; drivers without it, or with another, get one line
 before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job; the script's `submit` starts a job
-that `ray job stop` ends mid-run, leaving no actor or process of the run. Every process this module starts is stopped
+that `ray job stop` ends mid-run (once its training rank is up), leaving no actor or process of the run. Every process this module starts is stopped
 by pid (never `ray stop`, which would stop every Ray on the machine)."""
 
 import json
@@ -165,8 +165,11 @@ def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(he
                                    + shlex.join(run_args(tiny_run, run_dir, 500))],
                                   env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until(lambda: (run_logs(run_dir) / "metrics.jsonl").is_file() or submit.poll() is not None, 900,
-                   "the job's first step")
+        # stopped as soon as the run's training rank is up (its rollout server, agent loop and reward workers
+        # starting or started): mid-run, a training start cheaper than waiting for a step
+        wait_until(lambda: submit.poll() is not None or any("WorkerDict" in actor.get("class_name", "")
+                                                            for actor in alive_actors(head)), 900,
+                   "the job's training rank", period=3)
         assert submit.poll() is None, log.read_text()[-6000:]
         stop = head.ray("job", "stop", f"--address={head.dashboard}", stopped, env=shell)
         assert stop.returncode == 0, stop.stdout + stop.stderr
@@ -182,4 +185,4 @@ def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(he
         raise AssertionError(f"left after `ray job stop`: actors {alive_actors(head)}, processes "
                              f"{run_processes(head, str(run_dir))}") from None
     # the script's lines ran the training as a job, and its driver ended as on SIGTERM (the resume command)
-    assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in log.read_text()
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in log.read_text(), log.read_text()[-3000:]
