@@ -2,8 +2,8 @@
 (tests/training/ray_head.py), one head for the module, started by the SLURM script's own head line
 (docs/examples/slurm_multinode.sh). A driver with the token trains; drivers without it, or with another, get one line
 before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job; the script's `submit` starts a job
-that `ray job stop` ends mid-run (once its training rank is up), leaving no actor or process of the run. Every process this module starts is stopped
-by pid (never `ray stop`, which would stop every Ray on the machine)."""
+that `ray job stop` ends mid-run (once its training rank is up), leaving no actor or process of the run. Every process
+this module starts is stopped by pid (never `ray stop`, which would stop every Ray on the machine)."""
 
 import json
 import os
