@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [REPO / "README.md", REPO / "BENCHMARKS.md", *DOCS]
 TOP_FOLDERS = ("envs", "training", "utils", "evaluation", "configs", "tests", "bench", "docs", "gpu_kit", ".ci")
 PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(re.escape(f) for f in TOP_FOLDERS)})/[\w./*<>-]*)")
 MODULE = re.compile(r"python3? -m ([\w.]+)")
@@ -141,7 +142,7 @@ def test_the_check_finds_what_does_not_exist():
 
 def test_the_readme_links_every_docs_page():
     readme = (REPO / "README.md").read_text()
-    assert [p.name for p in PAGES[1:] if f"docs/{p.name}" not in readme and p.name != "README.md"] == []
+    assert [p.name for p in DOCS if f"docs/{p.name}" not in readme and p.name != "README.md"] == []
 
 
 def training_commands(text: str) -> list[list[str]]:
