@@ -149,7 +149,7 @@ def training_commands(text: str) -> list[list[str]]:
     """Every `train_grpo.py` and `-m training.pipeline` command line of a page's code, split as a shell splits it."""
     found = []
     for span in code_spans(text):
-        for line in span.splitlines():
+        for line in re.sub(r"\\\n\s*", " ", span).splitlines():  # a command continued with a backslash is one line
             if ("training/train_grpo.py" in line or "-m training.pipeline" in line) and "--config-name" in line:
                 found.append(shlex.split(line, comments=True))
     return found
