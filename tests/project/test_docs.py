@@ -22,7 +22,8 @@ SCRIPT = re.compile(r"python3? ((?:[\w-]+/)+[\w-]+\.py)")
 MAKE = re.compile(r"\bmake ((?:[\w-]+(?:=\S+)? ?)+)")
 CONFIG_NAME = re.compile(r"--config-name[ =](\w+)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-PRESET = re.compile(r"(?<![\w.])(model|hardware)=([\w.-]*\w)(?![\w{.-])")  # configs/model/X.yaml, configs/hardware/X.yaml
+# model=X: configs/model/X.yaml, hardware=X: configs/hardware/X.yaml
+PRESET = re.compile(r"(?<![\w.])(model|hardware)=([\w.-]*\w)(?![\w{.-])")
 MIX_NAME = re.compile(r"env\.mix=([\w-]+)(?![\w./-])")  # a name (a path is checked as a path)
 INTERPRETER = re.compile(r"(?<![\w/])(\.venv[\w-]*)/bin/python")
 PLACEHOLDER = re.compile(r"\$|<|=[A-Z_]+$|^[A-Z_]+$")  # RUN, PRESET, <step>, $PWD: filled in by the reader

@@ -117,7 +117,8 @@ def test_the_documented_table_of_the_presets_is_what_they_set():
     assert {preset for preset, _, _ in found} == {"dapo", "dr_grpo"} and len(found) >= 10
     for preset, key, value in found:
         actual = OmegaConf.select(composed(preset), key)
-        assert str(actual).lower() == value.lower(), f"docs/training.md says {preset}: {key}={value}, the config has {actual}"
+        assert str(actual).lower() == value.lower(), \
+            f"docs/training.md says {preset}: {key}={value}, the config has {actual}"
 
 
 def dapo_reward_manager(cfg, tokenizer):
