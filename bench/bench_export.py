@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # Qwen2.5-0.5B's shape: hidden 896, 24 layers, MLP 4864, vocab 151936, tied embeddings -> ~0.5B parameters
 MODEL_SHAPE = {"hidden_size": 896, "num_layers": 24, "intermediate_size": 4864, "vocab_size": 151936}
-SECTION = "## Exporter (issue 4)"
+SECTION = "## Export: FSDP checkpoint to Hugging Face"
 
 
 def parse_args() -> argparse.Namespace:

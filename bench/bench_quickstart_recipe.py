@@ -35,7 +35,7 @@ def run_length(steps: int) -> list[str]:
     return [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", f"trainer.test_freq={steps}"]
 
 
-# Recipes tried for issue 35 (BENCHMARKS.md "A quickstart that learns on every seed"): overrides of the CPU quickstart.
+# Recipes tried for issue 35 (BENCHMARKS.md "Recipes tried for the CPU quickstart"): overrides of the CPU quickstart.
 # The quickstart trained ten steps until "steps20" was shipped; the recipes measured then name their ten steps.
 TEN_STEPS = run_length(10)
 BEYOND = "beyond prior"  # the row of the tasks no answer repeated can carry, which the verdict decides on

@@ -1,4 +1,4 @@
-"""Our reward as a TRL reward function, for files written by envs.to_parquet (see README, "The stream to parquet").
+"""Our reward as a TRL reward function, for files written by envs.to_parquet (docs/task-stream.md).
 
 TRL's GRPOTrainer calls a reward function with the prompts, the completions and every other dataset column as a
 keyword argument (one value per completion), and awaits it when it is async. trl is not a dependency of this project.

@@ -42,7 +42,7 @@ QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "
 SPEED = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=false", "trainer.test_freq=-1",
          "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
          "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.model.enable_gradient_checkpointing=true"]
-# after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (README, "Faults").
+# after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (docs/faults.md).
 # It stops every Ray process of the machine: the kit's machine runs nothing else.
 RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]
 STEP_MARK = r"\bstep:\d+ - "

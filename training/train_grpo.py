@@ -51,6 +51,7 @@ from training.launch.hardware import (  # noqa: E402
     resolve_device,
     size_ray,
 )
+from training.launch.memory import apply_gpu_memory  # noqa: E402
 from training.launch.resume import AlreadyFinished, check_resume  # noqa: E402
 from training.launch.startup import apply_startup_settings  # noqa: E402
 
@@ -115,11 +116,19 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     """Resolves and checks `cfg` (raises ConfigProblem with every problem, AlreadyFinished when the experiment's
     checkpoint is at trainer.total_training_steps); returns the tokenizer.
 
-    Reads trainer.device (auto: CUDA when a GPU is visible, else the CPU backend, whose keys are set here)."""
+    Reads trainer.device (auto: CUDA when a GPU is visible, else the CPU backend, whose keys are set here) and
+    env.gpu_memory (the model preset's settings for a smaller card, training/launch/memory.py)."""
     try:
         device = resolve_device(cfg, visible_gpus)
     except ValueError as err:
         raise ConfigProblem(str(err)) from err
+    try:  # the card's size first, the CPU's sizes over it
+        size, fitted = apply_gpu_memory(cfg, command_line_keys())
+    except ValueError as err:
+        raise ConfigProblem(str(err)) from err
+    if fitted:
+        print(f"[check] GPU memory: env.gpu_memory={cfg.env.gpu_memory} applies the model preset's settings for "
+              f"{size} GB: {', '.join(f'{k}={v}' for k, v in fitted.items())}")
     if device == "cpu":
         try:
             overrides = apply_cpu_overrides(cfg, command_line_keys())

@@ -7,7 +7,7 @@ sorted, verl's random uids left out), the console's step records (`logs/progress
 resumed run's file holds its last process's), every number verl logged (`logs/metrics.jsonl`, the steps both runs have),
 every TensorBoard scalar,
 and the actor's weights at the latest common checkpoint, bitwise. Exit 0 when all agree, 1 when any differs (each
-difference is named). README "Reproducible runs" says what a CPU run repeats. `--training-only` leaves validation out
+difference is named). docs/reproducibility.md says what a CPU run repeats. `--training-only` leaves validation out
 (its dumps, records, `val-*` numbers and scalars): a run that validates and one that does not train the same steps on
 the CPU backend, each response seeded by its place in the run (training/trainer/seeding.py).
 """

@@ -2,7 +2,7 @@
 
 vLLM's CUDA sampler imports flashinfer when its engine starts unless VLLM_USE_FLASHINFER_SAMPLER=0, and the engine
 dies with `ModuleNotFoundError: No module named 'flashinfer'` where flashinfer is not installed (seen on an H100:
-BENCHMARKS.md "GPU results", 2026-11-26 second run). requirements-gpu.lock installs flashinfer; an environment
+BENCHMARKS.md "GPU"). requirements-gpu.lock installs flashinfer; an environment
 without it (the GPU kit's core tier, a hand-built one) samples with vLLM's own PyTorch sampler instead, which draws
 from the same distribution. A value the user set is kept.
 """

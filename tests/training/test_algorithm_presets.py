@@ -2,7 +2,7 @@
 way verl's workers read them from the composed config, compute what the papers' formulas give by hand
 (tests/training/grpo_by_hand.py) on small batches built so that each setting changes the number: clip-higher, the
 loss aggregation mode, the advantage's std normalisation, DAPO's overlong penalty inside its buffer, and the
-curriculum's thresholds. The README's table of the presets' keys is checked against the configs too.
+curriculum's thresholds. docs/training.md's table of the presets' keys is checked against the configs too.
 """
 
 import asyncio
@@ -105,18 +105,20 @@ def test_presets_set_what_their_papers_name():
         assert not cfg.algorithm.use_kl_in_reward
 
 
-def readme_preset_keys() -> list[tuple[str, str, str]]:
-    """(preset, key, value) of every `key=value` in the README's table of the DAPO and Dr. GRPO presets."""
-    rows = [line for line in (REPO / "README.md").read_text().splitlines() if re.match(r"\| `(dapo|dr_grpo)` \|", line)]
+def documented_preset_keys() -> list[tuple[str, str, str]]:
+    """(preset, key, value) of every `key=value` in docs/training.md's table of the DAPO and Dr. GRPO presets."""
+    page = REPO / "docs" / "training.md"
+    rows = [line for line in page.read_text().splitlines() if re.match(r"\| `(dapo|dr_grpo)` \|", line)]
     return [(row.split("`")[1], key, value) for row in rows for key, value in re.findall(r"`([\w.]+)=([^`]+)`", row)]
 
 
-def test_readme_table_of_the_presets_is_what_they_set():
-    found = readme_preset_keys()
+def test_the_documented_table_of_the_presets_is_what_they_set():
+    found = documented_preset_keys()
     assert {preset for preset, _, _ in found} == {"dapo", "dr_grpo"} and len(found) >= 10
     for preset, key, value in found:
         actual = OmegaConf.select(composed(preset), key)
-        assert str(actual).lower() == value.lower(), f"README says {preset}: {key}={value}, the config has {actual}"
+        assert str(actual).lower() == value.lower(), \
+            f"docs/training.md says {preset}: {key}={value}, the config has {actual}"
 
 
 def dapo_reward_manager(cfg, tokenizer):

@@ -144,13 +144,13 @@ def reproducible(metrics: dict[str, float]) -> dict[str, float]:
 def test_one_seed_gives_one_run_resumed_or_not_validating_or_not(trained, tiny_run, tmp_path):
     """A new run of the same seed and config takes the very steps the fixture's run took, step 3 included (which the
     fixture took in a resumed process): the same prompts, responses and rewards, and the same step metrics to the last
-    bit (sums over the batch, so the batch's order counts too). README "Reproducible runs"; the CPU backend only:
+    bit (sums over the batch, so the batch's order counts too). docs/reproducibility.md; the CPU backend only:
     vLLM's batches on a GPU are not reproduced. The new run also validates (before training, at step 2 and at its
     last step), which the fixture's does not: validation samples through the same rollout server, and training must
     not notice (the CPU quickstart leaves validation out on that ground, configs/quickstart.yaml)."""
     run_dir, first, resumed = trained
     if "cuda" in run_dir.name:
-        pytest.skip("a GPU run repeats its seeds but not its batches' numbers (README)")
+        pytest.skip("a GPU run repeats its seeds but not its batches' numbers (docs/reproducibility.md)")
     output = train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3", "trainer.val_before_train=true",
                    "trainer.test_freq=2")
     assert "[val] before training" in output and "[val] at step 2" in output, output[-3000:]

@@ -147,7 +147,7 @@ def _secondary(index: int, spec: dict, out: Translation) -> None:
         out.row(f"{where} (cosine)", "removed", "no cosine length reward here; DAPO's overlong penalty "
                                                "(env.reward.overlong_buffer) is the nearest")
     else:
-        out.row(f"{where} ({name})", "removed", "no such reward here; see env.reward in the README")
+        out.row(f"{where} ({name})", "removed", "no such reward here; see env.reward in docs/task-stream.md")
 
 
 def fit_log_prob_micro(ref: dict, base: DictConfig, out: Translation) -> None:

@@ -20,7 +20,7 @@ class ConfigProblem(ValueError):
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """The batch arithmetic of one GRPO step, as the README explains it."""
+    """The batch arithmetic of one GRPO step, as docs/training.md explains it."""
 
     prompts: int  # data.train_batch_size
     samples_per_prompt: int  # actor_rollout_ref.rollout.n

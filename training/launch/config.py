@@ -6,12 +6,15 @@ in the driver, before verl sees the config:
   `random:<name>` -> gpu_kit/models/<name>.json with random weights (speed runs at the sizes people train);
 - `trainer.n_gpus_per_node: auto` -> the number of devices in CUDA_VISIBLE_DEVICES (or every visible CUDA device);
 - `trainer.v1.trainer_mode` must name our registered trainer (training.trainer.trainer.TRAINER_NAME);
-- `rollout.agent.agent_loop_config_path`: the absolute path of our agent-loop registry file, when the config uses ours.
+- `rollout.agent.agent_loop_config_path`: the absolute path of our agent-loop registry file, when the config uses ours;
+- `trainer.experiment_name`: fixed to a plain string before the model path is resolved, so that `${run_name:...}`
+  names the model as the config gives it (`Qwen/Qwen2.5-1.5B-Instruct`), not the folder it is prepared in.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -24,6 +27,21 @@ RANDOM_PREFIX = "random:"
 # our agent loop (a seed per sampled request, training/trainer/seeding.py) and verl's registry file that names it
 AGENT_LOOP_NAME = "rg_seeded_single_turn"
 AGENT_LOOPS_FILE = Path(__file__).resolve().parents[1] / "trainer" / "agent_loops.yaml"
+
+
+def run_name(mix: str, model: str) -> str:
+    """`<mix>_<model>`, the folder-safe run name of the presets (`${run_name:${env.mix},${...model.path}}`): a mix
+    given as a path gives its file's stem, a model its last path part without `offline:`/`random:`, lower-cased.
+    Training a second model on one mix then gets its own folder instead of meeting the first one's checkpoint."""
+    def last_part(text: str) -> str:
+        text = str(text).removeprefix(OFFLINE_PREFIX).removeprefix(RANDOM_PREFIX).rstrip("/")
+        name = Path(text).name
+        return Path(name).stem if name.endswith((".yaml", ".yml")) else name
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{last_part(mix)}_{last_part(model).lower()}")
+
+
+OmegaConf.register_new_resolver("run_name", run_name, replace=True)
 
 
 def shipped_config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -93,6 +111,7 @@ def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
     CUDA devices; with none visible, `auto` becomes 1 (the preflight checks the config as a one-GPU run).
     """
     with open_dict(cfg):
+        cfg.trainer.experiment_name = str(cfg.trainer.experiment_name)  # before the model path changes under it
         model_path = resolve_model_path(cfg.actor_rollout_ref.model.path)
         cfg.actor_rollout_ref.model.path = model_path
         if cfg.actor_rollout_ref.model.get("tokenizer_path") and str(cfg.actor_rollout_ref.model.tokenizer_path).startswith(OFFLINE_PREFIX):

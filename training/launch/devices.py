@@ -109,7 +109,7 @@ def why_unusable(host: HostGPUs, torch_cuda: TorchCUDA) -> str:
     needed = min_driver(torch_cuda.build)
     if needed and host.driver and _version(host.driver) < _version(needed):
         return (f"{gpus}, but torch is built for CUDA {torch_cuda.build}, which needs NVIDIA driver >= {needed}: "
-                f"update the driver (see the README's GPU install section for what the pins need), {FIX_CPU}")
+                f"update the driver (docs/install.md says what the pins need), {FIX_CPU}")
     return (f"{gpus} but torch (CUDA {torch_cuda.build} build) can use none of them: "
             f"`python -c 'import torch; torch.cuda.init()'` shows CUDA's own error; {FIX_CPU}")
 

@@ -120,12 +120,18 @@ def apply_cpu_overrides(cfg: DictConfig, command_line: set[str] = frozenset()) -
     """Applies env.on_cpu ({dotted key: value}: sizes that suit a CPU, e.g. fewer prompts and shorter responses)
     when the run trains on the CPU backend, except keys given on the command line (`command_line`), which win.
     Returns what it set. A key that does not exist is an error."""
-    overrides = {k: v for k, v in dict(cfg.env.get("on_cpu") or {}).items() if k not in command_line}
+    return set_dotted_keys(cfg, dict(cfg.env.get("on_cpu") or {}), "env.on_cpu", "a CPU run", command_line)
+
+
+def set_dotted_keys(cfg: DictConfig, mapping: dict, origin: str, what: str, command_line: set[str]) -> dict:
+    """Sets each {dotted key: value} of `mapping` (the config node `origin`, values for `what`) in `cfg`, except
+    keys given on the command line; returns what it set. A key that does not exist is an error naming it."""
+    overrides = {k: v for k, v in mapping.items() if k not in command_line}
     with open_dict(cfg):
         for key, value in overrides.items():
             if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-                raise ValueError(f"env.on_cpu.{key}: no such config key; env.on_cpu maps existing dotted keys "
-                                 "(e.g. data.train_batch_size) to the values a CPU run uses")
+                raise ValueError(f"{origin}.{key}: no such config key; {origin} maps existing dotted keys "
+                                 f"(e.g. data.train_batch_size) to the values {what} uses")
             OmegaConf.update(cfg, key, value, merge=False)
     return overrides
 

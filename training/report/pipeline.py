@@ -20,7 +20,8 @@ Both evaluations score and sample as training did (`--from-run`: the run's rewar
 temperature, top_p and max tokens); `--eval-override` may still change them, for both.
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
 command it would run (and re-exports when training went further). The evaluator resumes its own partial runs.
-The eval suite is `env.eval_suite` of the training config unless --eval-config is given.
+The eval suite is --eval-config, else `env.eval_suite` of the training config, else one derived from the training mix
+(each task's evaluation split, 150 items a task: evaluation/mix_suite.py), written to RUN/eval/suite.yaml.
 On a CPU (HF backend) the base model's evaluation runs beside training, in one thread at idle priority
 (SCHED_IDLE: it runs only when training leaves a core idle, which its start-up, validation and generation do), and
 training is then waited for; `--one-at-a-time` runs the stages one after another. The evaluator's answers are the
@@ -50,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser = argparse.ArgumentParser(prog="python -m training.pipeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-name", required=True, help="training config (configs/NAME.yaml)")
     parser.add_argument("--run-dir", required=True, type=Path, help="folder for every output of the run")
-    parser.add_argument("--eval-config", default=None, help="eval suite YAML (default: the config's env.eval_suite)")
+    parser.add_argument("--eval-config", default=None,
+                        help="eval suite YAML (default: the config's env.eval_suite, else one derived from its mix)")
     parser.add_argument("--eval-backend", default=None, help="vllm | hf | openai (default: hf without a GPU)")
     parser.add_argument("--eval-override", action="append", default=[], help="key=value for the eval suite")
     parser.add_argument("--trained", type=Path, default=None,
@@ -250,10 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     run = Run(args.run_dir)
     cfg, base_model = resolved_training_config(args.config_name, overrides)
-    suite = args.eval_config or cfg.env.get("eval_suite") or "configs/eval/smoke.yaml"
     import torch
 
     on_cpu = not torch.cuda.is_available()
+    suite = held_out_suite(args.eval_config or cfg.env.get("eval_suite"), str(cfg.env.mix), run.dir, on_cpu)
     backend = args.eval_backend or ("hf" if on_cpu else None)
     py = sys.executable
     checkpoints = (args.trained or args.checkpoints or run.dir / "checkpoints").resolve()
@@ -303,6 +305,26 @@ def main(argv: list[str] | None = None) -> int:
     for line in one_answer_gains(cmps):
         print(f"[pipeline] caution: {line} (comparison.md, columns 'most common answer' and 'repeated answer')")
     return 0
+
+
+def held_out_suite(chosen: str | None, mix: str, run_dir: Path, on_cpu: bool) -> str:
+    """The eval suite file: `chosen` (--eval-config, else the config's env.eval_suite); without one, a suite derived
+    from the training mix (evaluation/mix_suite.py) written to RUN/eval/suite.yaml, and the console says so."""
+    if chosen:
+        return str(chosen)
+    import yaml
+
+    from envs.mix import load_mix, mix_path
+    from evaluation.mix_suite import describe, suite_from_mix
+
+    suite = suite_from_mix(load_mix(mix_path(mix)), on_cpu)
+    path = run_dir / "eval" / "suite.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    print(f"[pipeline] held-out suite: the config names none (env.eval_suite), so the run is judged on "
+          f"{describe(Path(mix).stem, suite)}, written to {_short(path)}; --eval-config FILE chooses another",
+          flush=True)
+    return str(path)
 
 
 def summary_png(run_dir: Path, checkpoints: Path, cmps: dict) -> Path | None:

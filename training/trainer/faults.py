@@ -3,7 +3,7 @@
 - Reward workers (verl's `RewardLoopWorker` actors, rule-based scoring) hold no state a restart loses, so they are
   restartable: Ray restarts a killed one (up to REWARD_WORKER_RESTARTS times) and retries the scoring calls it had in
   flight, so no response is lost or scored 0 because its scorer died. verl creates them without restart options and
-  offers no hook for it; `RestartingRewardLoopManager` sets them (patch 4 in the README, pinned by
+  offers no hook for it; `RestartingRewardLoopManager` sets them (a patch named in docs/architecture.md, pinned by
   tests/training/trainer/test_faults.py), installed in the TaskRunner process by training.trainer.trainer.
 - Samples verl drops because their session failed are counted per step (`reliability/failed_samples`); a step that
   loses more than `env.reliability.max_failed_fraction` of its batch stops the run (FailedSamples).

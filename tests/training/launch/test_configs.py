@@ -135,3 +135,40 @@ def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_devic
         assert actor.optim.lr == 3e-5 and not actor.use_kl_loss and cfg.trainer.total_training_steps == 20
         assert actor.ppo_mini_batch_size == cfg.data.train_batch_size
     assert gpu.data.train_batch_size == 4 * cpu.data.train_batch_size == 16
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dapo", "dr_grpo"])
+def test_preset_run_names_carry_the_model_and_a_mix_paths_stem(preset, tmp_path):
+    """`<preset>_<mix>_<model>`: a second model on one mix gets its own folder; a mix path gives its stem only."""
+    mix = tmp_path / "sub dir" / "my_mix.yaml"
+    mix.parent.mkdir()
+    mix.write_text("tasks:\n  chain_sum: {weight: 1.0}\n")
+    named = compose_config(preset, [f"env.mix={mix}", "model=qwen2.5-1.5b"])
+    assert named.trainer.experiment_name == f"{preset}_my_mix_qwen2.5-1.5b-instruct"
+    assert named.trainer.default_local_dir == f"checkpoints/rg-grpo/{preset}_my_mix_qwen2.5-1.5b-instruct"
+    by_name = compose_config(preset, ["env.mix=logic", "model=qwen2.5-3b"]).trainer.experiment_name
+    assert by_name == f"{preset}_logic_qwen2.5-3b-instruct"
+    local = compose_config(preset, ["actor_rollout_ref.model.path=/models/My Model/"]).trainer.experiment_name
+    assert local == f"{preset}_algorithmic_my-model"
+
+
+def test_a_run_name_is_fixed_before_the_model_path_is_resolved(tiny_model_dir):
+    """`offline:tiny` names the run `..._tiny`, not after the cache folder it is prepared in."""
+    cfg = resolve_config(compose_config("grpo", ["model=tiny"]), gpu_count=1)
+    assert cfg.trainer.experiment_name == "grpo_algorithmic_tiny" and cfg.actor_rollout_ref.model.path != "offline:tiny"
+    assert cfg.trainer.default_local_dir == "checkpoints/rg-grpo/grpo_algorithmic_tiny"
+
+
+def test_a_second_model_on_one_mix_starts_fresh_beside_the_first(tmp_path, monkeypatch):
+    """The resume guard refuses a checkpoint of another model; the preset names keep the two runs apart instead."""
+    from training.launch.resume import check_resume
+
+    monkeypatch.chdir(tmp_path)
+    first = compose_config("grpo", ["env.mix=logic", "model=qwen2.5-0.5b"])
+    check_resume(first)  # writes its manifest, as a launch does
+    folder = tmp_path / str(first.trainer.default_local_dir)
+    (folder / "global_step_5").mkdir()
+    (folder / "latest_checkpointed_iteration.txt").write_text("5")
+    assert "resuming" in check_resume(first, launching=False)
+    second = compose_config("grpo", ["env.mix=logic", "model=qwen2.5-1.5b"])
+    assert check_resume(second, launching=False).startswith("starting fresh in ")

@@ -126,7 +126,7 @@ def test_train_grpo_refuses_cuda_without_a_gpu():
 
 
 def test_a_run_joining_a_ray_cluster_is_not_held_to_the_drivers_devices(monkeypatch):
-    """The driver of a multi-node GPU run may sit on a head node without GPUs (README: multi-node recipes)."""
+    """The driver of a multi-node GPU run may sit on a head node without GPUs (docs/faults.md: multi-node)."""
     from training.launch.config import compose_config
     from training.train_grpo import run
 
