@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from envs.isolation import score_async, warm_up
@@ -21,6 +22,11 @@ from envs.reward import RewardOptions, score_response
 _VERL_KWARGS = {"reward_router_address", "reward_model_tokenizer"}
 
 warm_up()
+
+
+def _hashable(value: Any) -> Any:
+    """A list option (answer_forms: [answer, boxed]; an OmegaConf ListConfig from verl) as a tuple, for the cache."""
+    return tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
 
 
 @lru_cache(maxsize=64)
@@ -75,13 +81,13 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
             f"compute_score: extra_info of a '{data_source}' item has no 'entry'; this reward needs items from "
             "envs.stream.TaskStream (it scores the carried Reasoning Gym entry, it never regenerates one)"
         )
-    options = _options(tuple(sorted((k, v) for k, v in reward_kwargs.items() if k not in _VERL_KWARGS)))
+    options = _options(tuple(sorted((k, _hashable(v)) for k, v in reward_kwargs.items() if k not in _VERL_KWARGS)))
     if options.overlong_buffer and not options.tokenizer_path:
         raise ValueError("compute_score: overlong_buffer counts tokens, so it needs the tokenizer_path reward option")
     length = count_tokens(options.tokenizer_path, solution_str) if options.tokenizer_path else None
     request = {"response": solution_str, "entry": extra_info["entry"], "task": extra_info.get("task_name"),
                "options": options, "config": extra_info.get("config_text", extra_info.get("config")),
-               "response_length": length}
+               "response_length": length, "prompt_opens_think": bool(extra_info.get("prompt_opens_think", False))}
     result = await score_async(**request) if options.isolate else score_response(**request)
     result["task"] = extra_info.get("task", result["task"])  # the mix key, so metrics follow the mix's names
     result["score_seconds"] = time.perf_counter() - start

@@ -33,6 +33,8 @@ def fingerprint(cfg: EvalConfig) -> dict:
     spec = {"model": cfg.model.path, "sampling": sampling, "system_prompt": cfg.system_prompt, "suite": suite}
     if cfg.reward:  # only when set, so that runs from before the `reward:` section keep their fingerprint
         spec["reward"] = cfg.reward
+    if cfg.model.chat_template_kwargs:  # the same: only when set
+        spec["chat_template_kwargs"] = cfg.model.chat_template_kwargs
     return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
 
 
@@ -98,7 +100,8 @@ def score_completions(item: SuiteItem, completions: list[Completion], options) -
     from envs.isolation import shared_scorer
 
     requests = [{"response": c.text, "entry": item.entry, "task": item.task, "options": options,
-                 "config": item.config, "response_length": c.num_tokens} for c in completions]
+                 "config": item.config, "response_length": c.num_tokens, "prompt_opens_think": c.prompt_opens_think}
+                for c in completions]
     return shared_scorer().score_many(requests)
 
 

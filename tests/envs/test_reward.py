@@ -204,3 +204,47 @@ def test_compute_score_counts_tokens_with_the_tokenizer(tiny_model_dir, tiny_tok
     assert [r["response_chars"] for r in asyncio.run(run())] == [float(len(t)) for t in texts]
     with pytest.raises(ValueError, match="needs the tokenizer_path"):
         asyncio.run(run(max_response_length=100, overlong_buffer=20))
+
+
+def test_a_reasoning_models_response_is_judged_as_the_template_renders_it():
+    """A prompt that opened the think block: the response has no `<think>`, its answer counts only after `</think>`,
+    a number in the reasoning never does, and an unclosed reasoning has no answer (not even by a fallback)."""
+    entry = entry_of("chain_sum")
+    right, options = entry["answer"], RewardOptions(format_reward=0.1, require_think=True, answer_fallback="last_number")
+    response = f"Adding up gives {right}.\n</think>\n\n<answer>{right}</answer>"
+    opened = score_response(response, entry, options=options, prompt_opens_think=True)
+    assert opened["acc"] == 1.0 and opened["format_ok"] == 1.0 and opened["score"] == pytest.approx(1.1)
+    # without the flag the same text has a </think> that nothing opened: right answer, bad format
+    assert score_response(response, entry, options=options)["format_ok"] == 0.0
+    in_reasoning = score_response(f"so it is {right}</think> I give up: 99999", entry, options=options,
+                                  prompt_opens_think=True)
+    assert in_reasoning["acc"] == 0.0 and in_reasoning["pred"] == "99999"
+    unclosed = score_response(f"the sum is {right}", entry, options=options, prompt_opens_think=True)
+    assert unclosed["acc"] == 0.0 and unclosed["pred"] is None and "never closed" in unclosed["reason"]
+
+
+def test_boxed_answers_where_configured():
+    entry = entry_of("chain_sum")
+    response = f"<think>12 + 7</think>\nThe sum is $\\boxed{{{entry['answer']}}}$."
+    tags_only = score_response(response, entry, options=RewardOptions(format_reward=0.5, require_think=True))
+    assert tags_only["acc"] == 0.0 and tags_only["format_ok"] == 0.0 and "no <answer>" in tags_only["reason"]
+    both = RewardOptions(format_reward=0.5, require_think=True, answer_forms=["boxed", "answer"])
+    assert both.answer_forms == ("answer", "boxed")  # one spelling
+    boxed = score_response(response, entry, options=both)
+    assert boxed["acc"] == 1.0 and boxed["answer_found"] == 1.0 and boxed["score"] == pytest.approx(1.5)
+    assert "\\boxed" in both.format_description() and "<answer>" in both.format_description()
+    missing = score_response("<think>x</think> no answer", entry, options=both)
+    assert missing["reason"] == "no <answer> block or \\boxed{} after the reasoning"
+    with pytest.raises(ValueError, match="answer_forms='latex'"):
+        RewardOptions(answer_forms="latex")
+
+
+def test_the_flag_travels_from_the_item_through_compute_score():
+    from envs.verl_reward import compute_score
+
+    entry = entry_of("chain_sum")
+    extra = {"entry": entry, "task": "sums", "task_name": "chain_sum", "config": {}, "prompt_opens_think": True}
+    text = f"thinking {entry['answer']}</think><answer>{entry['answer']}</answer>"
+    result = asyncio.run(compute_score("reasoning_gym/chain_sum", text, entry["answer"], extra, require_think=True,
+                                       format_reward=1.0, isolate=True))
+    assert result["format_ok"] == 1.0 and result["score"] == 2.0

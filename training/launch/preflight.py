@@ -57,8 +57,10 @@ def draw_prompts(cfg: DictConfig, tokenizer, count: int) -> list[dict]:
 
 def render(tokenizer, messages, cfg: DictConfig) -> str:
     """Returns the prompt text as verl's agent loop renders it (chat template + generation prompt)."""
-    kwargs = dict(cfg.data.get("apply_chat_template_kwargs") or {})
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **kwargs)
+    from envs.prompts import render_prompt
+    from training.trainer.data import chat_template_kwargs
+
+    return render_prompt(tokenizer, messages, chat_template_kwargs(cfg))
 
 
 def sample_group(model, tokenizer, prompts: list[str], samples: int, max_new_tokens: int, cfg: DictConfig,
