@@ -36,6 +36,9 @@ class RewardOptions:
     max_response_length: int = 0  # tokens the rollout may generate; needed by the overlong penalty
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_response_length; 0 = off
     overlong_penalty: float = 1.0  # penalty at max_response_length (linear from 0 at the start of the buffer)
+    # a response cut at max_response_length (it never finished): "as_is" scores it like any other (a reasoning cut
+    # before </think> has no answer anyway), "zero" scores 0, "penalty" scores -overlong_penalty (DAPO's full penalty)
+    truncated: str = "as_is"
     max_response_chars: int = 200_000  # longer responses score 0 without being parsed
     timeout_s: float = 10.0  # a scorer running longer on one response is stopped and scores 0
     isolate: bool = True  # score in a child process (hang-proof); False scores in-process (exceptions still caught)
@@ -62,6 +65,8 @@ class RewardOptions:
             raise ValueError(f"reward: answer_forms={self.answer_forms!r}; use {' or '.join(ANSWER_FORMS)}, or both as a "
                              "list: [answer, boxed]")
         object.__setattr__(self, "answer_forms", tuple(f for f in ANSWER_FORMS if f in forms))  # one spelling
+        if self.truncated not in TRUNCATED:
+            raise ValueError(f"reward: truncated={self.truncated!r}; use one of {', '.join(TRUNCATED)}")
         if self.overlong_buffer and self.max_response_length <= self.overlong_buffer:
             raise ValueError("reward: overlong_buffer needs max_response_length > overlong_buffer (both in tokens)")
 
@@ -73,6 +78,9 @@ class RewardOptions:
     def format_description(self) -> str:
         """What the format reward accepts, in words (envs.answers.describe_format)."""
         return describe_format(self.require_think, self.forms)
+
+
+TRUNCATED = ("as_is", "zero", "penalty")  # RewardOptions.truncated
 
 
 def _last_number_or_line(response: str) -> str | None:
@@ -203,3 +211,17 @@ def _no_answer_reason(forms: tuple[str, ...]) -> str:
     if forms == ("answer",):
         return "no <answer>...</answer> block"  # the reason runs and the generation viewer have always shown
     return f"no {_form_names(forms)} after the reasoning"
+
+
+def score_truncated(result: dict[str, Any], truncated: bool | None, options: RewardOptions) -> dict[str, Any]:
+    """Returns `result` with its score set for a response cut at max_response_length by `options.truncated` (see
+    RewardOptions), and `truncated` (1.0, 0.0; -1.0 when unknown). Accuracy stays what the answer earned.
+
+    Training learns of the cut from the rollout (training/trainer/seeding.py), the evaluator from the backend's
+    finish_reason; both call this after score_response, so they score a cut response alike."""
+    result["truncated"] = -1.0 if truncated is None else float(bool(truncated))
+    if truncated and options.truncated != "as_is":
+        result["score"] = 0.0 if options.truncated == "zero" else -options.overlong_penalty
+        result["reason"] = (f"cut at max_response_length: scored {result['score']:g} (truncated={options.truncated})"
+                            + (f"; {result['reason']}" if result["reason"] else ""))
+    return result

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from envs.isolation import score_async, warm_up
-from envs.reward import RewardOptions, score_response
+from envs.reward import RewardOptions, score_response, score_truncated
 
 # Keyword arguments verl itself may add; they are not reward options.
 _VERL_KWARGS = {"reward_router_address", "reward_model_tokenizer"}
@@ -89,6 +89,7 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
                "options": options, "config": extra_info.get("config_text", extra_info.get("config")),
                "response_length": length, "prompt_opens_think": bool(extra_info.get("prompt_opens_think", False))}
     result = await score_async(**request) if options.isolate else score_response(**request)
+    result = score_truncated(result, extra_info.get("response_truncated"), options)
     result["task"] = extra_info.get("task", result["task"])  # the mix key, so metrics follow the mix's names
     result["score_seconds"] = time.perf_counter() - start
     return result

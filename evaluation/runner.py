@@ -98,11 +98,13 @@ def score_completions(item: SuiteItem, completions: list[Completion], options) -
     """Score with the training reward (envs.reward with the suite's reward options), each call isolated in a child
     with a timeout."""
     from envs.isolation import shared_scorer
+    from envs.reward import score_truncated
 
     requests = [{"response": c.text, "entry": item.entry, "task": item.task, "options": options,
                  "config": item.config, "response_length": c.num_tokens, "prompt_opens_think": c.prompt_opens_think}
                 for c in completions]
-    return shared_scorer().score_many(requests)
+    results = shared_scorer().score_many(requests)
+    return [score_truncated(r, c.finish_reason == "length", options) for r, c in zip(results, completions)]
 
 
 def make_record(item: SuiteItem, sample: int, comp: Completion, scored: dict) -> dict:

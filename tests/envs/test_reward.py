@@ -248,3 +248,42 @@ def test_the_flag_travels_from_the_item_through_compute_score():
     result = asyncio.run(compute_score("reasoning_gym/chain_sum", text, entry["answer"], extra, require_think=True,
                                        format_reward=1.0, isolate=True))
     assert result["format_ok"] == 1.0 and result["score"] == 2.0
+
+
+@pytest.mark.parametrize("option, score", [("as_is", 1.0), ("zero", 0.0), ("penalty", -0.5)])
+def test_a_cut_response_is_scored_by_the_truncated_option(option, score):
+    from envs.reward import score_truncated
+
+    entry = entry_of("chain_sum")
+    options = RewardOptions(truncated=option, overlong_penalty=0.5)
+    assert RewardOptions().truncated == "as_is"  # the default: a cut reasoning has no answer anyway
+    cut = score_truncated(score_response(f"<answer>{entry['answer']}</answer>", entry, options=options), True, options)
+    assert cut["score"] == score and cut["acc"] == 1.0 and cut["truncated"] == 1.0
+    assert option == "as_is" or f"truncated={option}" in cut["reason"]
+    whole = score_truncated(score_response(f"<answer>{entry['answer']}</answer>", entry, options=options), False, options)
+    assert whole["score"] == 1.0 and whole["truncated"] == 0.0
+    with pytest.raises(ValueError, match="truncated='cut'"):
+        RewardOptions(truncated="cut")
+
+
+def test_verls_naive_manager_hands_the_agent_loops_cut_mark_to_compute_score(tiny_tokenizer):
+    """Contract: training/trainer/seeding.py marks a cut response in the agent loop's extra fields; verl's naive reward
+    manager merges those (`tool_extra_fields`) into extra_info, where compute_score reads `response_truncated`."""
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            f"reward.custom_reward_function.path={REPO / 'envs' / 'verl_reward.py'}",
+            "reward.custom_reward_function.name=compute_score",
+            "+reward.custom_reward_function.reward_kwargs.truncated=zero",
+            "+reward.custom_reward_function.reward_kwargs.isolate=false",
+        ])
+    manager = load_reward_manager(config, tiny_tokenizer)
+    entry = entry_of("chain_sum")
+
+    def run(cut):
+        data = as_dataproto(tiny_tokenizer, "chain_sum", entry, f"<answer>{entry['answer']}</answer>")
+        data.non_tensor_batch["tool_extra_fields"] = np.array([{"response_truncated": cut}], dtype=object)
+        return manager.loop.run_until_complete(manager.run_single(data))
+
+    cut, whole = run(True), run(False)
+    assert cut["reward_score"] == 0.0 and cut["reward_extra_info"]["truncated"] == 1.0
+    assert whole["reward_score"] == 1.0 and whole["reward_extra_info"]["truncated"] == 0.0

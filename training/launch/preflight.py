@@ -158,7 +158,8 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
     rewards = score_all(cfg, expanded, [text for text, _ in generated])
     completions = [Completion(item["extra_info"]["task"], str(i // samples), prompts[i // samples], text, n, reward)
                    for i, (item, (text, n), reward) in enumerate(zip(expanded, generated, rewards, strict=True))]
-    records = [record_from_reward(c.task, c.group, c.reward, c.reward["score"], c.tokens) for c in completions]
+    records = [record_from_reward(c.task, c.group, c.reward, c.reward["score"], c.tokens, max_new)
+               for c in completions]
     print(per_task_table(records, prompt_lengths))
     show_completions(completions, int(opts.show))
     return finish(records, time.perf_counter() - start)
