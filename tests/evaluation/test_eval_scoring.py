@@ -59,7 +59,7 @@ def test_the_chat_template_options_and_the_think_flag_score_as_training_did(tmp_
     template options, and a response after a prompt that opened the think block scores as in training."""
     cfg = compose_config("quickstart", [f"trainer.default_local_dir={tmp_path}", "data.max_response_length=48",
                                         "+data.apply_chat_template_kwargs.enable_thinking=true",
-                                        "+env.reward.require_think=true", "+env.reward.answer_forms=[answer,boxed]"])
+                                        "env.reward.require_think=true", "env.reward.answer_forms=[answer,boxed]"])
     settings = read_scoring(write_scoring(cfg).parent)
     assert settings["chat_template_kwargs"] == {"enable_thinking": True}
     evaluation = load_config(QUICKSTART, ["model.path=unused", *SMALL, *eval_overrides(settings)])
