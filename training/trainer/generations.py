@@ -11,7 +11,7 @@ Files in `dir`:
 - `<step>.jsonl`, one line per response (replaced when a resumed run takes that step again):
   {"step", "group" (verl's uid), "sample" (index in the group), "task" (mix key), "prompt", "response" (decoded as
   verl's dump does), "ground_truth", "pred" (the extracted answer), "score" (the reward the policy got), "acc",
-  "answer_found", "reason", "response_length" (tokens)};
+  "answer_found", "format_ok", "truncated" (cut at data.max_response_length), "reason", "response_length" (tokens)};
 - `steps.jsonl`, one line per step (every step, not only dumped ones), over all of the step's responses:
   {"step", "tasks": {task: {"reward", "accuracy", "answer_rate", "truncated", "samples"}}, "zero_variance_groups" (the share of the
   step's groups whose scores are all equal: env/zero_variance_groups)}; a resumed run may append a step again, and the
@@ -103,8 +103,8 @@ def generation_rows(step: int, records: Sequence[SampleRecord], fields: Sequence
             "step": int(step), "group": record.group, "sample": seen[record.group], "task": record.task,
             "prompt": prompt, "response": response, "ground_truth": entry.get("answer"),
             "pred": reward.get("pred"), "score": record.score, "acc": record.accuracy,
-            "answer_found": record.answer_found, "reason": reward.get("reason", ""),
-            "response_length": int(record.response_length),
+            "answer_found": record.answer_found, "format_ok": record.format_ok, "truncated": record.truncated,
+            "reason": reward.get("reason", ""), "response_length": int(record.response_length),
         })
         seen[record.group] += 1
     order = {group: n for n, group in enumerate(dict.fromkeys(r["group"] for r in rows))}
