@@ -72,7 +72,9 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
 
     With `tokenizer_path` the length is `response_length` in tokens (re-tokenised text: verl passes no token count);
     without, it is `response_chars`. `score_seconds` is this call's own wall time (what our reward costs a step,
-    without verl's reward-loop hops around it).
+    without verl's reward-loop hops around it). From `extra_info`: `prompt_opens_think` (set by the stream: the
+    rendered prompt opened the think block) and `response_truncated` (set by the agent loop, merged in by verl's naive
+    manager: the response reached the limit; `truncated` in the result, -1.0 when not known).
     """
     start = time.perf_counter()
     extra_info = with_decoded_entry(extra_info)
