@@ -1,7 +1,8 @@
 """How a training run scores and samples, written next to its checkpoints for the evaluator (`--from-run RUN`).
 
 A model is only comparable with its base when both are scored as training scored it: the same reward options
-(answer fallback, partial credit, ...), system prompt and sampling. Each launch writes RUN/scoring.json from the
+(answer fallback, partial credit, answer forms, ...), system prompt, chat template options (enable_thinking) and
+sampling. Each launch writes RUN/scoring.json from the
 resolved config (after env.on_cpu), so the evaluator reads the values training used, not the config's GPU defaults.
 """
 
