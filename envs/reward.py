@@ -79,6 +79,15 @@ class RewardOptions:
         """What the format reward accepts, in words (envs.answers.describe_format)."""
         return describe_format(self.require_think, self.forms)
 
+    def describe(self) -> str:
+        """One line for the launch console: where answers are read, the format reward and how a cut response scores."""
+        forms = " or ".join({"answer": "<answer>...</answer>", "boxed": "\\boxed{...}"}[f] for f in self.forms)
+        fallback = f", else the {self.answer_fallback.replace('_', ' ')}" if self.answer_fallback else ""
+        text = f"answer: {forms} after the reasoning{fallback}"
+        if self.format_reward:
+            text += f"; format reward {self.format_reward:g} for {self.format_description()}"
+        return text + f"; cut responses: {self.truncated}"
+
 
 TRUNCATED = ("as_is", "zero", "penalty")  # RewardOptions.truncated
 

@@ -154,3 +154,14 @@ def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_devic
         assert actor.optim.lr == 3e-5 and not actor.use_kl_loss and cfg.trainer.total_training_steps == 20
         assert actor.ppo_mini_batch_size == cfg.data.train_batch_size
     assert gpu.data.train_batch_size == 4 * cpu.data.train_batch_size == 16
+
+
+def test_the_launch_states_what_the_reward_reads_and_gives():
+    from training.train_grpo import reward_line
+
+    line = reward_line(compose_config("grpo", ["model=qwen3-1.7b", "env.reward.format_reward=0.1"]))
+    assert line == ("answer: <answer>...</answer> or \\boxed{...} after the reasoning; format reward 0.1 for "
+                    "<think>...</think> then <answer>...</answer> or a text with \\boxed{...}; cut responses: as_is; "
+                    "chat template with {'enable_thinking': True}")
+    assert reward_line(compose_config("quickstart")) == ("answer: <answer>...</answer> after the reasoning, else the "
+                                                         "last number; cut responses: as_is")
