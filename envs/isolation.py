@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 _CHUNK_SECONDS = 0.05  # a child sends what it has scored at least this often
 _GRACE_SECONDS = 2.0  # extra silence allowed beyond the per-item timeout before a child is killed
 
-# One request as it crosses the pipe: (response, entry, task, config, response_length).
-Request = tuple[Any, dict, "str | None", "dict | str | None", "int | None"]
+# One request as it crosses the pipe: (response, entry, task, config, response_length, prompt_opens_think).
+Request = tuple[Any, dict, "str | None", "dict | str | None", "int | None", bool]
 
 
 class _ScoreTimeout(BaseException):
@@ -69,7 +69,7 @@ def _score_frame(frame: tuple[dict, list[Request]]) -> Iterator[list[tuple]]:
     for request in requests:
         signal.setitimer(signal.ITIMER_REAL, options.timeout_s)
         try:
-            result = score_response(request[0], request[1], request[2], options, request[3], request[4])
+            result = score_response(request[0], request[1], request[2], options, request[3], request[4], request[5])
         except _ScoreTimeout:
             result = _failed(request, f"scorer timed out after {options.timeout_s} s")
         except Exception as exc:  # a malformed request (e.g. an entry without metadata) costs only its own score
@@ -99,13 +99,14 @@ class IsolatedScorer:
 
     def submit(self, response: Any, entry: dict[str, Any], task: str | None = None,
                options: RewardOptions = RewardOptions(), config: dict[str, Any] | str | None = None,
-               response_length: int | None = None) -> Future:
+               response_length: int | None = None, prompt_opens_think: bool = False) -> Future:
         """Queues one response; the Future resolves to score_response's dict."""
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("IsolatedScorer is closed")
-            self._pending.append(((response, entry, task, config, response_length), options, future))
+            self._pending.append(((response, entry, task, config, response_length, bool(prompt_opens_think)), options,
+                                  future))
             self._lock.notify()
         return future
 

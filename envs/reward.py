@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 import reasoning_gym
 
-from envs.answers import extract_answer, format_ok, last_line, last_number, response_problem
+from envs.answers import (ANSWER_FORMS, after_reasoning, as_rendered, describe_format, final_answer, format_ok,
+                          last_line, last_number, response_problem)
 from envs.generation import config_key
 
 
@@ -29,9 +30,15 @@ class RewardOptions:
     # the response (else the last line, for answers that are not numbers); true means "last_line"; false/"" scores 0
     answer_fallback: bool | str = False
     require_think: bool = False  # well formed needs a <think>...</think> block before the answer
+    # where the answer may stand (after the reasoning): answer (<answer>...</answer>), boxed (\boxed{...}, the habit
+    # of models trained on math) or both, [answer, boxed] (a \boxed{} inside an <answer> block is unwrapped)
+    answer_forms: str | tuple[str, ...] = "answer"
     max_response_length: int = 0  # tokens the rollout may generate; needed by the overlong penalty
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_response_length; 0 = off
     overlong_penalty: float = 1.0  # penalty at max_response_length (linear from 0 at the start of the buffer)
+    # a response cut at max_response_length (it never finished): "as_is" scores it like any other (a reasoning cut
+    # before </think> has no answer anyway), "zero" scores 0, "penalty" scores -overlong_penalty (DAPO's full penalty)
+    truncated: str = "as_is"
     max_response_chars: int = 200_000  # longer responses score 0 without being parsed
     timeout_s: float = 10.0  # a scorer running longer on one response is stopped and scores 0
     isolate: bool = True  # score in a child process (hang-proof); False scores in-process (exceptions still caught)
@@ -52,8 +59,37 @@ class RewardOptions:
             raise ValueError(f"reward: answer_fallback={self.answer_fallback!r}; use one of {sorted(FALLBACKS)} "
                              "or true (= last_line) / false")
         object.__setattr__(self, "answer_fallback", fallback)  # one spelling from here on
+        given = [self.answer_forms] if isinstance(self.answer_forms, str) else list(self.answer_forms)
+        forms = {str(f).strip() for f in given}
+        if not forms or forms - set(ANSWER_FORMS):
+            raise ValueError(f"reward: answer_forms={self.answer_forms!r}; use {' or '.join(ANSWER_FORMS)}, or both as a "
+                             "list: [answer, boxed]")
+        object.__setattr__(self, "answer_forms", tuple(f for f in ANSWER_FORMS if f in forms))  # one spelling
+        if self.truncated not in TRUNCATED:
+            raise ValueError(f"reward: truncated={self.truncated!r}; use one of {', '.join(TRUNCATED)}")
         if self.overlong_buffer and self.max_response_length <= self.overlong_buffer:
             raise ValueError("reward: overlong_buffer needs max_response_length > overlong_buffer (both in tokens)")
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """The accepted answer forms, in envs.answers.ANSWER_FORMS order."""
+        return self.answer_forms
+
+    def format_description(self) -> str:
+        """What the format reward accepts, in words (envs.answers.describe_format)."""
+        return describe_format(self.require_think, self.forms)
+
+    def describe(self) -> str:
+        """One line for the launch console: where answers are read, the format reward and how a cut response scores."""
+        forms = " or ".join({"answer": "<answer>...</answer>", "boxed": "\\boxed{...}"}[f] for f in self.forms)
+        fallback = f", else the {self.answer_fallback.replace('_', ' ')}" if self.answer_fallback else ""
+        text = f"answer: {forms} after the reasoning{fallback}"
+        if self.format_reward:
+            text += f"; format reward {self.format_reward:g} for {self.format_description()}"
+        return text + f"; cut responses: {self.truncated}"
+
+
+TRUNCATED = ("as_is", "zero", "penalty")  # RewardOptions.truncated
 
 
 def _last_number_or_line(response: str) -> str | None:
@@ -133,12 +169,15 @@ def score_response(
     options: RewardOptions = RewardOptions(),
     config: dict[str, Any] | str | None = None,
     response_length: int | None = None,
+    prompt_opens_think: bool = False,
 ) -> dict[str, Any]:
     """Scores one response in this process. Never raises on bad responses.
 
     Returns {score, acc, raw_score, answer_found, format_ok, overlong_penalty, task, pred, reason} and the length:
     `response_length` (the tokens given) or, when none are given, `response_chars`. `acc` is 1.0 only for a fully
     correct answer; `score` = (raw or binarised) + format bonus - overlong penalty (which needs the tokens).
+    `prompt_opens_think`: the rendered prompt ended inside an opened `<think>` (envs.prompts.prompt_opens_think), so
+    the response is judged as if it began with that tag (envs.answers.as_rendered).
     """
     task = task or entry["metadata"]["source_dataset"]
     result = zero_result(task, "", response, response_length)
@@ -146,16 +185,23 @@ def score_response(
     if problem:
         result["reason"] = problem
         return result
-    answer = extract_answer(response)
+    rendered = as_rendered(response, prompt_opens_think)
+    final = after_reasoning(rendered)
+    answer = None if final is None else final_answer(final, options.forms)
     tagged = answer is not None
     fallback = FALLBACKS[options.answer_fallback]
-    if not tagged and fallback is not None:
-        answer = fallback(response)
-    raw, reason = (0.0, "no <answer>...</answer> block") if answer is None else rg_score(task, answer, entry, config)
+    if not tagged and fallback is not None and final is not None:
+        answer = fallback(final)
+    if final is None:
+        raw, reason = 0.0, "the reasoning never closed (no </think>): no answer"
+    elif answer is None:
+        raw, reason = 0.0, _no_answer_reason(options.forms)
+    else:
+        raw, reason = rg_score(task, answer, entry, config)
     if not tagged and answer is not None:
-        reason = reason or f"no <answer> block: scored the {options.answer_fallback.replace('_', ' ')}"
+        reason = reason or f"no {_form_names(options.forms)}: scored the {options.answer_fallback.replace('_', ' ')}"
     correct = raw >= 1.0 - 1e-9
-    well_formed = format_ok(response, options.require_think)
+    well_formed = format_ok(rendered, options.require_think, options.forms)
     penalty = _overlong(response_length, options)
     base = raw if options.partial_credit else float(correct)
     result.update(
@@ -163,4 +209,28 @@ def score_response(
         answer_found=float(tagged), format_ok=float(well_formed), overlong_penalty=penalty,
         pred=answer, reason=reason,
     )
+    return result
+
+
+def _form_names(forms: tuple[str, ...]) -> str:
+    return " or ".join({"answer": "<answer> block", "boxed": "\\boxed{}"}[f] for f in forms)
+
+
+def _no_answer_reason(forms: tuple[str, ...]) -> str:
+    if forms == ("answer",):
+        return "no <answer>...</answer> block"  # the reason runs and the generation viewer have always shown
+    return f"no {_form_names(forms)} after the reasoning"
+
+
+def score_truncated(result: dict[str, Any], truncated: bool | None, options: RewardOptions) -> dict[str, Any]:
+    """Returns `result` with its score set for a response cut at max_response_length by `options.truncated` (see
+    RewardOptions), and `truncated` (1.0, 0.0; -1.0 when unknown). Accuracy stays what the answer earned.
+
+    Training learns of the cut from the rollout (training/trainer/seeding.py), the evaluator from the backend's
+    finish_reason; both call this after score_response, so they score a cut response alike."""
+    result["truncated"] = -1.0 if truncated is None else float(bool(truncated))
+    if truncated and options.truncated != "as_is":
+        result["score"] = 0.0 if options.truncated == "zero" else -options.overlong_penalty
+        result["reason"] = (f"cut at max_response_length: scored {result['score']:g} (truncated={options.truncated})"
+                            + (f"; {result['reason']}" if result["reason"] else ""))
     return result

@@ -32,7 +32,7 @@ from envs.curriculum import Curriculum
 from envs.generation import config_key, generate_entry
 from envs.mix import Mix, load_mix
 from envs.producer import GenerationFailed, Producer
-from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, resolve_system_prompt
+from envs.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, prompt_opens_think, render_prompt, resolve_system_prompt
 from envs.sampler import TaskSampler
 from envs.splits import check_split, item_seed
 from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS
@@ -77,6 +77,8 @@ class TaskStream(IterableDataset):
 
     Args: mix (Mix, YAML path or mapping); split ("train", "validation", "evaluation"); seed; system_prompt (an RG
     SYSTEM_PROMPTS name or text); tokenizer and max_prompt_length (prompt-length check with the real chat template);
+    chat_template_kwargs (the template's options, data.apply_chat_template_kwargs: with a tokenizer, each item's
+    extra_info says whether its rendered prompt opened the think block, `prompt_opens_think`, for the reward);
     on_long_prompt ("filter": skip and count, "error": raise); producer_processes (child processes that generate slow
     and PYTHONHASHSEED-sensitive tasks ahead; None = 2 when the mix needs them); lookahead (items asked for ahead).
     """
@@ -84,7 +86,8 @@ class TaskStream(IterableDataset):
     def __init__(self, mix: Mix | str | dict, split: str = "train", seed: int = 0,
                  system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, tokenizer: Any = None,
                  max_prompt_length: int | None = None, on_long_prompt: str = "filter",
-                 producer_processes: int | None = None, lookahead: int = 64):
+                 producer_processes: int | None = None, lookahead: int = 64,
+                 chat_template_kwargs: dict | None = None):
         self.mix = load_mix(mix)
         self.split, self.seed = check_split(split), seed
         item_seed(split, seed, 0)  # validates the seed range now rather than at the first item
@@ -92,6 +95,7 @@ class TaskStream(IterableDataset):
         if on_long_prompt not in ("filter", "error"):
             raise ValueError(f"on_long_prompt must be 'filter' or 'error', got {on_long_prompt!r}")
         self.tokenizer, self.max_prompt_length, self.on_long_prompt = tokenizer, max_prompt_length, on_long_prompt
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.curriculum = Curriculum(self.mix)
         # validation and evaluation are never reweighted: their sampler is uniform whatever the mix declares
         self.sampler = TaskSampler(self.mix, None if self.split == "train" else dataclasses.replace(
@@ -157,9 +161,9 @@ class TaskStream(IterableDataset):
             return None
         spec = self.mix.task(key)
         messages = build_messages(entry["question"], self.system_prompt)
-        if self.tokenizer is not None and self.max_prompt_length:
-            length = len(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                            return_dict=False))
+        rendered = None if self.tokenizer is None else render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
+        if rendered is not None and self.max_prompt_length:
+            length = len(self.tokenizer.encode(rendered, add_special_tokens=False))
             if length > self.max_prompt_length:
                 if self.on_long_prompt == "error":
                     raise ValueError(
@@ -173,6 +177,8 @@ class TaskStream(IterableDataset):
         extra_info = {"entry": entry, "task": key, "task_name": spec.task, "config": config,
                       "config_text": request_key[1], "level": level,
                       "split": self.split, "seed": self.seed, "position": position, "index": position}
+        if rendered is not None:
+            extra_info["prompt_opens_think"] = prompt_opens_think(rendered)
         return {
             "raw_prompt": messages,
             "data_source": f"reasoning_gym/{spec.task}",

@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from envs.isolation import score_async, warm_up
-from envs.reward import RewardOptions, score_response
+from envs.reward import RewardOptions, score_response, score_truncated
 
 # Keyword arguments verl itself may add; they are not reward options.
 _VERL_KWARGS = {"reward_router_address", "reward_model_tokenizer"}
 
 warm_up()
+
+
+def _hashable(value: Any) -> Any:
+    """A list option (answer_forms: [answer, boxed]; an OmegaConf ListConfig from verl) as a tuple, for the cache."""
+    return tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
 
 
 @lru_cache(maxsize=64)
@@ -66,7 +72,9 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
 
     With `tokenizer_path` the length is `response_length` in tokens (re-tokenised text: verl passes no token count);
     without, it is `response_chars`. `score_seconds` is this call's own wall time (what our reward costs a step,
-    without verl's reward-loop hops around it).
+    without verl's reward-loop hops around it). From `extra_info`: `prompt_opens_think` (set by the stream: the
+    rendered prompt opened the think block) and `response_truncated` (set by the agent loop, merged in by verl's naive
+    manager: the response reached the limit; `truncated` in the result, -1.0 when not known).
     """
     start = time.perf_counter()
     extra_info = with_decoded_entry(extra_info)
@@ -75,14 +83,15 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
             f"compute_score: extra_info of a '{data_source}' item has no 'entry'; this reward needs items from "
             "envs.stream.TaskStream (it scores the carried Reasoning Gym entry, it never regenerates one)"
         )
-    options = _options(tuple(sorted((k, v) for k, v in reward_kwargs.items() if k not in _VERL_KWARGS)))
+    options = _options(tuple(sorted((k, _hashable(v)) for k, v in reward_kwargs.items() if k not in _VERL_KWARGS)))
     if options.overlong_buffer and not options.tokenizer_path:
         raise ValueError("compute_score: overlong_buffer counts tokens, so it needs the tokenizer_path reward option")
     length = count_tokens(options.tokenizer_path, solution_str) if options.tokenizer_path else None
     request = {"response": solution_str, "entry": extra_info["entry"], "task": extra_info.get("task_name"),
                "options": options, "config": extra_info.get("config_text", extra_info.get("config")),
-               "response_length": length}
+               "response_length": length, "prompt_opens_think": bool(extra_info.get("prompt_opens_think", False))}
     result = await score_async(**request) if options.isolate else score_response(**request)
+    result = score_truncated(result, extra_info.get("response_truncated"), options)
     result["task"] = extra_info.get("task", result["task"])  # the mix key, so metrics follow the mix's names
     result["score_seconds"] = time.perf_counter() - start
     return result

@@ -39,6 +39,9 @@ class ModelConfig:
     max_retries: int = 5  # openai: retries per request on 429 / 5xx / network errors, with exponential backoff
     request_timeout_s: float = 600.0  # openai: per-request timeout
     trust_remote_code: bool = False  # vllm, hf: allow model code from the model folder
+    # the chat template's options, e.g. {enable_thinking: true}: training's data.apply_chat_template_kwargs
+    # (--from-run copies them); vllm and hf render with them, openai sends them as the request's chat_template_kwargs
+    chat_template_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass

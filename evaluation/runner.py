@@ -33,6 +33,8 @@ def fingerprint(cfg: EvalConfig) -> dict:
     spec = {"model": cfg.model.path, "sampling": sampling, "system_prompt": cfg.system_prompt, "suite": suite}
     if cfg.reward:  # only when set, so that runs from before the `reward:` section keep their fingerprint
         spec["reward"] = cfg.reward
+    if cfg.model.chat_template_kwargs:  # the same: only when set
+        spec["chat_template_kwargs"] = cfg.model.chat_template_kwargs
     return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
 
 
@@ -96,10 +98,13 @@ def score_completions(item: SuiteItem, completions: list[Completion], options) -
     """Score with the training reward (envs.reward with the suite's reward options), each call isolated in a child
     with a timeout."""
     from envs.isolation import shared_scorer
+    from envs.reward import score_truncated
 
     requests = [{"response": c.text, "entry": item.entry, "task": item.task, "options": options,
-                 "config": item.config, "response_length": c.num_tokens} for c in completions]
-    return shared_scorer().score_many(requests)
+                 "config": item.config, "response_length": c.num_tokens, "prompt_opens_think": c.prompt_opens_think}
+                for c in completions]
+    results = shared_scorer().score_many(requests)
+    return [score_truncated(r, c.finish_reason == "length", options) for r, c in zip(results, completions)]
 
 
 def make_record(item: SuiteItem, sample: int, comp: Completion, scored: dict) -> dict:

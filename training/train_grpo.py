@@ -28,7 +28,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from training.launch.checks import (  # noqa: E402
     ConfigProblem,
@@ -159,7 +159,18 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     tokenizer = load_tokenizer(cfg)
     check_prompts(cfg, tokenizer)
     print(f"[check] device: {device}; batch: {batch_plan(cfg).describe()}")
+    print(f"[check] reward: {reward_line(cfg)}")
     return tokenizer
+
+
+def reward_line(cfg: DictConfig) -> str:
+    """What the reward reads and gives (env.reward), and the chat template's options when any are set."""
+    from envs.reward import RewardOptions
+    from training.trainer.data import chat_template_kwargs
+
+    options = RewardOptions.from_kwargs(OmegaConf.to_container(cfg.env.reward, resolve=True) or {})
+    template = chat_template_kwargs(cfg)
+    return options.describe() + (f"; chat template with {template}" if template else "")
 
 
 def launch(cfg: DictConfig) -> None:

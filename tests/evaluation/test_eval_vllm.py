@@ -86,3 +86,28 @@ def test_openai_backend_against_vllm_server(vllm_server, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["run"]["backend"] == "openai" and results["run"]["complete"]
     assert results["overall"]["n_samples"] == 24 and 0 < results["overall"]["mean_response_tokens"] <= 32
+
+
+def test_vllm_backend_reads_a_thinking_model_as_training_does(tmp_path):
+    """The tiny Qwen3 (template opening <think>): vLLM's engine loads Qwen3ForCausalLM, the backend renders with
+    model.chat_template_kwargs and tells the reward that the prompt opened the reasoning; a cut response scores as
+    reward.truncated says (finish_reason 'length')."""
+    from utils.offline_models import tiny_qwen3_path
+
+    out = tmp_path / "qwen3"
+    cmd = [str(VLLM_PY), "evaluation/evaluate_model.py", "--config", SMOKE, "--model", str(tiny_qwen3_path()),
+           "--backend", "vllm", "--output", str(out), "model.enforce_eager=true", "model.dtype=float32",
+           "model.max_model_len=1024", "sampling.max_tokens=16", "sampling.n=2", "suite.size=2",
+           "suite.composites.mixed.size=2", "model.chat_template_kwargs.enable_thinking=true",
+           "reward.require_think=true", "reward.answer_forms=[answer,boxed]", "reward.truncated=penalty",
+           "reward.overlong_penalty=0.5"]
+    proc = subprocess.run(cmd, cwd=REPO, env=VLLM_ENV, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert records and all(r["num_tokens"] <= 16 for r in records)
+    for r in records:
+        if "</think>" not in r["response"]:  # the reasoning never closed: no answer, whatever it holds
+            assert r["pred"] is None and "never closed" in r["reason"]
+        if r["finish_reason"] == "length":
+            assert r["reward"] == -0.5 and "truncated=penalty" in r["reason"]
+    assert any(r["finish_reason"] == "length" for r in records)  # a random model rarely stops in 16 tokens

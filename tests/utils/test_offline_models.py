@@ -47,6 +47,26 @@ def test_tiny_chat_template_renders_like_qwen25(tiny):
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
 
 
+def test_tiny_qwen3_is_a_qwen3_whose_template_opens_the_think_block():
+    """Built offline with the project's template (utils/chat_templates/qwen3_thinking.jinja): enable_thinking true or
+    unset opens <think> in the generation prompt, false appends an empty think block; the think tags are single,
+    non-special tokens, so a decoded response keeps them (the reward reads them)."""
+    from envs.prompts import prompt_opens_think, render_prompt
+
+    path = offline_models.tiny_qwen3_path()
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    assert model.config.model_type == "qwen3" and model.config.head_dim == 64 and model.config.num_hidden_layers == 2
+    assert model.config.hidden_size == 128 and 0.2e6 < sum(p.numel() for p in model.parameters()) < 0.5e6
+    on, off = render_prompt(tok, MESSAGES), render_prompt(tok, MESSAGES, {"enable_thinking": False})
+    assert on.endswith("<|im_start|>assistant\n<think>\n") and prompt_opens_think(on)
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and not prompt_opens_think(off)
+    assert render_prompt(tok, MESSAGES, {"enable_thinking": True}) == on
+    history = [*MESSAGES, {"role": "assistant", "content": "<think>\nhm</think>\n\n5"}]
+    assert "hm" not in tok.apply_chat_template(history, tokenize=False)  # past reasoning is dropped, as Qwen3 does
+    ids = tok.encode("x</think>5", add_special_tokens=False)
+    assert tok.convert_tokens_to_ids("</think>") in ids and tok.decode(ids, skip_special_tokens=True) == "x</think>5"
+
+
 def test_tiny_encodings_survive_reload(tiny):
     reloaded = AutoTokenizer.from_pretrained(tiny)
     ids = reloaded(TEXT).input_ids

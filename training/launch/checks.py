@@ -155,22 +155,25 @@ def check_config(cfg: DictConfig, visible_gpus: int) -> list[str]:
 def sample_prompt_lengths(cfg: DictConfig, tokenizer, count: int) -> dict[str, list[int]]:
     """Returns {task: [prompt token counts]} of the first `count` training prompts, none filtered out."""
     from envs.stream import TaskStream
-    from training.trainer.data import load_env_mix
+    from training.trainer.data import chat_template_kwargs, load_env_mix
 
     stream = TaskStream(load_env_mix(cfg), split="train", seed=int(cfg.env.seed), system_prompt=cfg.env.system_prompt)
     try:
-        return prompt_length_report(stream.take(count), tokenizer)
+        return prompt_length_report(stream.take(count), tokenizer, chat_template_kwargs(cfg))
     finally:
         stream.close()
 
 
-def prompt_length_report(items: list[dict], tokenizer) -> dict[str, list[int]]:
-    """Returns {task: [prompt token counts]} for stream items rendered with the model's chat template."""
+def prompt_length_report(items: list[dict], tokenizer, chat_template_kwargs: dict | None = None
+                         ) -> dict[str, list[int]]:
+    """Returns {task: [prompt token counts]} for stream items rendered with the model's chat template (and its
+    options, data.apply_chat_template_kwargs)."""
+    from envs.prompts import render_prompt
+
     lengths: dict[str, list[int]] = defaultdict(list)
     for item in items:
-        ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
-        lengths[item["extra_info"]["task"]].append(len(ids))
+        text = render_prompt(tokenizer, item["raw_prompt"], chat_template_kwargs)
+        lengths[item["extra_info"]["task"]].append(len(tokenizer.encode(text, add_special_tokens=False)))
     return dict(lengths)
 
 

@@ -73,7 +73,8 @@ def visible_gpu_count() -> int:
 
 
 def resolve_model_path(path: str) -> str:
-    """Returns a model path verl can load: `offline:smollm2` / `offline:tiny` are prepared locally, `random:<name>`
+    """Returns a model path verl can load: `offline:smollm2` / `offline:tiny` / `offline:tiny-qwen3` are prepared
+    locally, `random:<name>`
     is a published architecture (gpu_kit/models/<name>.json) with random weights, for speed runs; others pass."""
     path = str(path)
     if path.startswith(RANDOM_PREFIX):
@@ -82,7 +83,8 @@ def resolve_model_path(path: str) -> str:
         return path
     from utils import offline_models
 
-    builders = {"smollm2": offline_models.prepare_smollm2, "tiny": offline_models.tiny_model_path}
+    builders = {"smollm2": offline_models.prepare_smollm2, "tiny": offline_models.tiny_model_path,
+                "tiny-qwen3": offline_models.tiny_qwen3_path}
     name = path[len(OFFLINE_PREFIX):]
     if name not in builders:
         raise ValueError(f"actor_rollout_ref.model.path={path!r}: unknown offline model; use one of "

@@ -190,10 +190,18 @@ class ProgressPrinter(threading.Thread):
             self.write(f"[step {step}/{total}] reward {event.get('reward', float('nan')):.3f}  accuracy "
                        f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
-                       f"  {event.get('tokens_per_second', 0):.0f} tok/s")
+                       f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event))
             self.bar.update(step - self.bar.n)
             if "val_accuracy" in event:
                 self.show({**event, "kind": "validation"})
+
+
+def truncation_note(event: dict) -> str:
+    """The step line's note when responses were cut at data.max_response_length: the share, and per task."""
+    if not event.get("truncated"):
+        return ""
+    tasks = ", ".join(f"{task} {share:.0%}" for task, share in (event.get("truncated_tasks") or {}).items())
+    return f"  cut at max_response_length {event['truncated']:.0%}" + (f" ({tasks})" if tasks else "")
 
 
 @contextmanager

@@ -57,8 +57,10 @@ def draw_prompts(cfg: DictConfig, tokenizer, count: int) -> list[dict]:
 
 def render(tokenizer, messages, cfg: DictConfig) -> str:
     """Returns the prompt text as verl's agent loop renders it (chat template + generation prompt)."""
-    kwargs = dict(cfg.data.get("apply_chat_template_kwargs") or {})
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **kwargs)
+    from envs.prompts import render_prompt
+    from training.trainer.data import chat_template_kwargs
+
+    return render_prompt(tokenizer, messages, chat_template_kwargs(cfg))
 
 
 def sample_group(model, tokenizer, prompts: list[str], samples: int, max_new_tokens: int, cfg: DictConfig,
@@ -156,7 +158,8 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
     rewards = score_all(cfg, expanded, [text for text, _ in generated])
     completions = [Completion(item["extra_info"]["task"], str(i // samples), prompts[i // samples], text, n, reward)
                    for i, (item, (text, n), reward) in enumerate(zip(expanded, generated, rewards, strict=True))]
-    records = [record_from_reward(c.task, c.group, c.reward, c.reward["score"], c.tokens) for c in completions]
+    records = [record_from_reward(c.task, c.group, c.reward, c.reward["score"], c.tokens, max_new)
+               for c in completions]
     print(per_task_table(records, prompt_lengths))
     show_completions(completions, int(opts.show))
     return finish(records, time.perf_counter() - start)

@@ -26,7 +26,7 @@ from typing import Iterable
 
 from utils.generation_viewer import read_jsonl
 
-METRICS = ("reward", "accuracy", "answer_rate")
+METRICS = ("reward", "accuracy", "answer_rate", "truncated")  # truncated: absent from runs before it was recorded
 MAX_STEP_ROWS = 30  # longer runs show the per-step table in blocks of steps (the PNG keeps every step)
 ALL = "all"
 
@@ -112,8 +112,9 @@ def pooled(means: Iterable[dict]) -> dict:
     samples = sum(int(m["samples"]) for m in means)
     if not samples:
         return {}
-    return {**{key: sum(float(m[key]) * int(m["samples"]) for m in means) / samples for key in METRICS},
-            "samples": samples}
+    pooled_means = {key: sum(float(m[key]) * int(m["samples"]) for m in means) / samples for key in METRICS
+                    if all(key in m for m in means)}
+    return {**pooled_means, "samples": samples}
 
 
 def with_all(tasks: dict[str, dict]) -> dict[str, dict]:
@@ -187,9 +188,10 @@ def steps_section(data: RunData) -> list[str]:
             rows.append([label if n == 0 else "", task, *(_num(means.get(k)) for k in METRICS),
                          str(means.get("samples", 0)), flat if n == 0 else ""])
     blocks = "" if len(step_blocks(data.steps)) == len(data.steps) else f" (in blocks, {MAX_STEP_ROWS} rows at most)"
-    header = ["step", "task", "reward", "accuracy", "answer rate", "samples", "zero-var"]
+    header = ["step", "task", "reward", "accuracy", "answer rate", "cut", "samples", "zero-var"]
     return [f"## Training, per step{blocks}", "", markdown_table(header, rows, text_columns=2),
-            "", "Means over all of a step's responses. zero-var: the share of the step's groups whose responses",
+            "", "Means over all of a step's responses. cut: the share of responses cut at data.max_response_length",
+            "(how they are scored: env.reward.truncated). zero-var: the share of the step's groups whose responses",
             "all scored the same (no GRPO signal).", ""]
 
 

@@ -64,6 +64,15 @@ def load_env_mix(cfg: DictConfig):
     return load_mix(mix_path(cfg.env.mix))
 
 
+def chat_template_kwargs(cfg: DictConfig) -> dict:
+    """The chat template's options verl's agent loop renders with (data.apply_chat_template_kwargs, e.g.
+    enable_thinking): the stream renders with the same, so prompt lengths and `prompt_opens_think` are the rollout's."""
+    from omegaconf import OmegaConf
+
+    kwargs = cfg.data.get("apply_chat_template_kwargs")
+    return OmegaConf.to_container(kwargs, resolve=True) if OmegaConf.is_config(kwargs) else dict(kwargs or {})
+
+
 def build_train_stream(cfg: DictConfig, tokenizer) -> TimedStream:
     """Returns the training TaskStream (train split, env.seed) that filters or refuses over-long prompts."""
     from envs.stream import TaskStream
@@ -77,6 +86,7 @@ def build_train_stream(cfg: DictConfig, tokenizer) -> TimedStream:
         max_prompt_length=int(cfg.data.max_prompt_length),
         on_long_prompt=str(cfg.env.on_long_prompt),
         producer_processes=cfg.env.get("producer_processes"),
+        chat_template_kwargs=chat_template_kwargs(cfg),
     )
     stream.start()  # spawn the producer processes now, while verl builds the workers
     return TimedStream(stream)
@@ -88,7 +98,7 @@ def build_validation_items(cfg: DictConfig, tokenizer) -> list[dict]:
     from envs.stream import build_validation_set
 
     kwargs = dict(seed=int(cfg.env.seed), system_prompt=cfg.env.system_prompt, tokenizer=tokenizer,
-                  max_prompt_length=int(cfg.data.max_prompt_length))
+                  max_prompt_length=int(cfg.data.max_prompt_length), chat_template_kwargs=chat_template_kwargs(cfg))
     mix = load_env_mix(cfg)
     items = build_validation_set(mix, int(cfg.env.validation_size), **kwargs)
     held_out_size = int(cfg.env.validation_size) // 2

@@ -11,9 +11,9 @@ Files in `dir`:
 - `<step>.jsonl`, one line per response (replaced when a resumed run takes that step again):
   {"step", "group" (verl's uid), "sample" (index in the group), "task" (mix key), "prompt", "response" (decoded as
   verl's dump does), "ground_truth", "pred" (the extracted answer), "score" (the reward the policy got), "acc",
-  "answer_found", "reason", "response_length" (tokens)};
+  "answer_found", "format_ok", "truncated" (cut at data.max_response_length), "reason", "response_length" (tokens)};
 - `steps.jsonl`, one line per step (every step, not only dumped ones), over all of the step's responses:
-  {"step", "tasks": {task: {"reward", "accuracy", "answer_rate", "samples"}}, "zero_variance_groups" (the share of the
+  {"step", "tasks": {task: {"reward", "accuracy", "answer_rate", "truncated", "samples"}}, "zero_variance_groups" (the share of the
   step's groups whose scores are all equal: env/zero_variance_groups)}; a resumed run may append a step again, and the
   last line of a step counts. training/report/report.py turns it into the run's table and curves.
 verl's validation dumps (`trainer.validation_data_dir`, by default `<default_local_dir>/generations/val`) land beside
@@ -83,7 +83,8 @@ def step_summary(step: int, records: Sequence[SampleRecord]) -> dict[str, Any]:
     for record in records:
         by_task[record.task].append(record)
     tasks = {task: {"reward": fmean(r.score for r in rows), "accuracy": fmean(r.accuracy for r in rows),
-                    "answer_rate": fmean(r.answer_found for r in rows), "samples": len(rows)}
+                    "answer_rate": fmean(r.answer_found for r in rows), "truncated": fmean(r.truncated for r in rows),
+                    "samples": len(rows)}
              for task, rows in sorted(by_task.items())}
     return {"step": int(step), "tasks": tasks, "zero_variance_groups": zero_variance_fraction(records)}
 
@@ -102,8 +103,8 @@ def generation_rows(step: int, records: Sequence[SampleRecord], fields: Sequence
             "step": int(step), "group": record.group, "sample": seen[record.group], "task": record.task,
             "prompt": prompt, "response": response, "ground_truth": entry.get("answer"),
             "pred": reward.get("pred"), "score": record.score, "acc": record.accuracy,
-            "answer_found": record.answer_found, "reason": reward.get("reason", ""),
-            "response_length": int(record.response_length),
+            "answer_found": record.answer_found, "format_ok": record.format_ok, "truncated": record.truncated,
+            "reason": reward.get("reason", ""), "response_length": int(record.response_length),
         })
         seen[record.group] += 1
     order = {group: n for n, group in enumerate(dict.fromkeys(r["group"] for r in rows))}

@@ -1,7 +1,8 @@
 """Per-task metrics of one step's responses, with stable keys grouped by prefix.
 
-Keys: env/<task>/{reward,accuracy,answer_rate,response_length,samples,zero_variance_groups}, env/{reward,accuracy,
-answer_rate}, env/zero_variance_groups (fraction of prompts whose samples all scored the same: no GRPO signal),
+Keys: env/<task>/{reward,accuracy,answer_rate,format_rate,response_length,samples,zero_variance_groups},
+env/{reward,accuracy,answer_rate,format_rate}, env/zero_variance_groups (fraction of prompts whose samples all scored
+the same: no GRPO signal), env/truncated and env/truncated/<task> (share of responses cut at data.max_response_length),
 timing/score_max (the slowest response's time in our reward function),
 curriculum/<task>/level, sampling/<task>/{weight,signal,groups} (envs.sampler). The same function serves the trainer and the preflight, so both report alike.
 """
@@ -25,6 +26,8 @@ class SampleRecord:
     answer_found: float  # 1.0 if an <answer> block was extracted
     response_length: float  # tokens
     score_seconds: float = 0.0  # wall time of our reward function for this response
+    format_ok: float = 0.0  # 1.0 if the response was well formed (envs.answers.format_ok)
+    truncated: float = 0.0  # 1.0 if the response reached data.max_response_length
 
 
 def reward_extra_info(extra_fields) -> dict:
@@ -32,13 +35,17 @@ def reward_extra_info(extra_fields) -> dict:
     return (extra_fields or {}).get("reward_extra_info", {}) if isinstance(extra_fields, dict) else {}
 
 
-def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float) -> SampleRecord:
-    """Returns a SampleRecord from envs' reward dict (keys acc, answer_found) and the score verl used."""
+def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float,
+                       max_response_length: int | None = None) -> SampleRecord:
+    """Returns a SampleRecord from envs' reward dict (keys acc, answer_found, format_ok) and the score verl used; a
+    response of `max_response_length` tokens or more was cut (None: not known)."""
     return SampleRecord(task=str(task), group=str(group), score=float(score),
                         accuracy=float(reward_info.get("acc", 0.0) or 0.0),
                         answer_found=float(reward_info.get("answer_found", 0.0) or 0.0),
                         response_length=float(response_length),
-                        score_seconds=float(reward_info.get("score_seconds", 0.0) or 0.0))
+                        score_seconds=float(reward_info.get("score_seconds", 0.0) or 0.0),
+                        format_ok=float(reward_info.get("format_ok", 0.0) or 0.0),
+                        truncated=float(bool(max_response_length) and response_length >= max_response_length))
 
 
 def zero_variance_fraction(records: Iterable[SampleRecord]) -> float:
@@ -64,6 +71,8 @@ def env_metrics(records: list[SampleRecord]) -> dict[str, float]:
         metrics[f"{prefix}/reward"] = fmean(r.score for r in group)
         metrics[f"{prefix}/accuracy"] = fmean(r.accuracy for r in group)
         metrics[f"{prefix}/answer_rate"] = fmean(r.answer_found for r in group)
+        metrics[f"{prefix}/format_rate"] = fmean(r.format_ok for r in group)
+        metrics[prefix.replace("env", "env/truncated", 1)] = fmean(r.truncated for r in group)
         metrics[f"{prefix}/response_length"] = fmean(r.response_length for r in group)
         metrics[f"{prefix}/samples"] = float(len(group))
         metrics[f"{prefix}/zero_variance_groups"] = zero_variance_fraction(group)  # which tasks give no signal

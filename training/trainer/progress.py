@@ -27,11 +27,13 @@ STEP_KEYS = {  # console name -> verl / env metric
     "reward": "env/reward",
     "accuracy": "env/accuracy",
     "zero_variance": "env/zero_variance_groups",
+    "truncated": "env/truncated",
     "response_tokens": "response_length/mean",
     "step_seconds": "timing_s/step",
     "tokens_per_second": "perf/throughput",
     "gen_seconds": "timing_s/gen",
 }
+TRUNCATED_PREFIX = "env/truncated/"  # env/truncated/<task>: share of the task's responses cut (training/trainer/metrics.py)
 VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 
 
@@ -55,6 +57,10 @@ def progress_event(data: dict, step: int, total: int) -> dict | None:
     if "timing_s/step" in data:
         event["kind"] = "step"
         event.update({name: float(data[key]) for name, key in STEP_KEYS.items() if key in data})
+        cut = {key[len(TRUNCATED_PREFIX):]: float(value) for key, value in data.items()
+               if key.startswith(TRUNCATED_PREFIX) and float(value) > 0}
+        if cut:  # per task, for the console's step line
+            event["truncated_tasks"] = dict(sorted(cut.items()))
     val = validation_accuracy(data)
     if val is not None:
         event["val_accuracy"], event["val_sources"] = val

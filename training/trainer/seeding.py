@@ -7,7 +7,9 @@ number in its group), so a response's draws are the same in every run of the see
 
 - `SeededSingleTurnAgentLoop`: verl's single-turn agent loop, adding `seed` to each sampled request's sampling
   parameters (a vLLM `SamplingParams` field, honoured per request by vLLM and by the CPU backend's transformers
-  server) where `seeds_requests` says so. Named in verl's agent-loop registry file agent_loops.yaml
+  server) where `seeds_requests` says so. It also marks each response cut at the response limit
+  (`response_truncated` in its extra fields, which verl's naive reward manager merges into the reward's extra_info:
+  envs.reward's `truncated` option reads it). Named in verl's agent-loop registry file agent_loops.yaml
   (training/launch/config.py points verl to it).
 - `OrderedSubmissions`: wraps the agent-loop manager the trainer submits prompts to: it numbers the prompts in
   submission order (for `ordered_keys`, which sorts a sampled batch into that order instead of arrival order) and tells
@@ -57,7 +59,10 @@ class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
             seed = request_seed(run_seed(self.config), _scalar(kwargs.get("global_steps", 0)),
                                 _scalar(kwargs.get("index", 0)), _scalar(kwargs.get("session_id", 0)))
             sampling_params = {**sampling_params, "seed": seed}
-        return await super().run(sampling_params, **kwargs)
+        output = await super().run(sampling_params, **kwargs)
+        # the response reached data.max_response_length (verl's response_length/clip_ratio counts the same)
+        output.extra_fields["response_truncated"] = len(output.response_ids) >= self.response_length
+        return output
 
 
 def _scalar(value) -> int:

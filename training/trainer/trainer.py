@@ -281,7 +281,8 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
     def env_feedback(self, batch) -> dict[str, float]:
         """Reads the scores of the step's non-padding responses from TransferQueue, applies them, dumps a few."""
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        records, reward_timing = read_records(keys, batch.partition_id) if keys else ([], {})
+        limit = int(self.config.data.max_response_length)
+        records, reward_timing = read_records(keys, batch.partition_id, limit) if keys else ([], {})
         dropped, self._dropped_records = self._dropped_records, []
         metrics = self.apply_feedback(records, dropped)
         metrics.update(reward_timing)
@@ -321,9 +322,10 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         return metrics
 
 
-def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, float]]:
+def read_records(keys: list[str], partition_id: str, max_response_length: int | None = None
+                 ) -> tuple[list, dict[str, float]]:
     """Reads the step's responses from TransferQueue in one query; returns their SampleRecords (uid, extra_info,
-    reward extra info, score, token length) and timing/reward_{mean,max}.
+    reward extra info, score, token length, cut at `max_response_length` or not) and timing/reward_{mean,max}.
 
     timing/reward_* are seconds from a response's scoring request to its score (Ray queueing included), as verl's
     agent loop measured them; scoring overlaps generation, so the max, not a sum, is what compares with the step.
@@ -336,7 +338,8 @@ def read_records(keys: list[str], partition_id: str) -> tuple[list, dict[str, fl
     uids, extra_infos, extra_fields = list(data["uid"]), list(data["extra_info"]), list(data["extra_fields"])
     records = []
     for uid, info, fields, score, length in zip(uids, extra_infos, extra_fields, scores, lengths, strict=True):
-        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_extra_info(fields), score, length))
+        records.append(record_from_reward(info.get("task", "unknown"), uid, reward_extra_info(fields), score, length,
+                                          max_response_length))
     metrics = [m or {} for m in list(data["metrics"])]
     seconds = [float(m.get("compute_score", 0.0)) for m in metrics]
     timing = {"timing/reward_mean": sum(seconds) / len(seconds), "timing/reward_max": max(seconds)} if seconds else {}

@@ -52,13 +52,32 @@ def test_config_passes_verl_and_our_checks_on_one_and_two_gpus(name):
     assert mix_path(cfg.env.mix).is_file()
 
 
-@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m", "tiny"])
+@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b",
+                                   "qwen3-4b", "qwen3-8b", "smollm2-135m", "tiny", "tiny-qwen3"])
 def test_presets_compose(model):
     for hardware, gpus in (("1gpu", 1), ("2gpu", 2)):
         cfg = compose_config("grpo", [f"model={model}", f"hardware={hardware}"])
         assert cfg.trainer.n_gpus_per_node == gpus
         validate_with_verl(cfg)
         assert batch_problems(cfg) == []
+
+
+@pytest.mark.parametrize("model", ["qwen3-0.6b", "qwen3-8b"])
+def test_qwen3_thinking_is_one_key_and_reaches_scoring_json(model, tmp_path):
+    """Thinking on or off by data.apply_chat_template_kwargs.enable_thinking: the trainer's stream, the preflight and
+    (through scoring.json and --from-run) the evaluator all render with it; the reward reads both answer forms."""
+    from envs.reward import RewardOptions
+    from envs.run_scoring import scoring_settings
+    from training.trainer.data import chat_template_kwargs
+
+    cfg = compose_config("grpo", [f"model={model}", f"trainer.default_local_dir={tmp_path}"])
+    assert chat_template_kwargs(cfg) == {"enable_thinking": True} and cfg.data.max_response_length == 4096
+    off = compose_config("grpo", [f"model={model}", "data.apply_chat_template_kwargs.enable_thinking=false"])
+    assert scoring_settings(off)["chat_template_kwargs"] == {"enable_thinking": False}
+    reward = scoring_settings(cfg)["reward"]
+    assert RewardOptions(**reward).forms == ("answer", "boxed") and reward["require_think"] is True
+    samples = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
+    assert samples % cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 0
 
 
 def test_auto_gpus_follow_cuda_visible_devices(monkeypatch):
@@ -172,3 +191,13 @@ def test_a_second_model_on_one_mix_starts_fresh_beside_the_first(tmp_path, monke
     assert "resuming" in check_resume(first, launching=False)
     second = compose_config("grpo", ["env.mix=logic", "model=qwen2.5-1.5b"])
     assert check_resume(second, launching=False).startswith("starting fresh in ")
+
+def test_the_launch_states_what_the_reward_reads_and_gives():
+    from training.train_grpo import reward_line
+
+    line = reward_line(compose_config("grpo", ["model=qwen3-1.7b", "env.reward.format_reward=0.1"]))
+    assert line == ("answer: <answer>...</answer> or \\boxed{...} after the reasoning; format reward 0.1 for "
+                    "<think>...</think> then <answer>...</answer> or a text with \\boxed{...}; cut responses: as_is; "
+                    "chat template with {'enable_thinking': True}")
+    assert reward_line(compose_config("quickstart")) == ("answer: <answer>...</answer> after the reasoning, else the "
+                                                         "last number; cut responses: as_is")

@@ -124,6 +124,19 @@ def test_progress_events_carry_the_step_line_and_validation():
     assert progress_event({"actor/lr": 1e-5}, step=1, total=10) is None
 
 
+def test_the_step_line_names_the_share_cut_per_task_only_when_any_were_cut():
+    from training.launch.console import truncation_note
+    from training.trainer.progress import progress_event
+
+    data = {"timing_s/step": 2.0, "env/reward": 0.1, "env/truncated": 0.375, "env/truncated/sums": 0.75,
+            "env/truncated/spell": 0.0}
+    event = progress_event(data, step=1, total=2)
+    assert event["truncated"] == 0.375 and event["truncated_tasks"] == {"sums": 0.75}
+    assert truncation_note(event) == "  cut at max_response_length 38% (sums 75%)"
+    calm = progress_event({**data, "env/truncated": 0.0, "env/truncated/sums": 0.0}, step=1, total=2)
+    assert "truncated_tasks" not in calm and truncation_note(calm) == ""
+
+
 def test_every_logged_number_is_kept_whole_in_metrics_jsonl_across_a_resume(tmp_path):
     """metrics.jsonl holds every number verl logs, exactly, however long the step's console line: the console line
     reaches the driver through Ray's log monitor, which can cut it (CI of 21748d5 lost a step's last key that way)."""

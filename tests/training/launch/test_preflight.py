@@ -60,6 +60,18 @@ def test_metrics_of_a_group():
     assert env_metrics([])["env/zero_variance_groups"] == 0.0
 
 
+def test_truncation_and_format_per_task():
+    """A response of max_response_length tokens was cut: env/truncated/<task> and env/truncated, keys always present."""
+    from training.trainer.metrics import record_from_reward
+
+    records = [record_from_reward("a", "g1", {"acc": 0.0, "format_ok": 1.0}, 0.0, length, max_response_length=16)
+               for length in (16, 15, 9, 16)] + [record_from_reward("b", "g2", {}, 0.0, 16.0) for _ in range(2)]
+    metrics = env_metrics(records)
+    assert metrics["env/truncated/a"] == 0.5 and metrics["env/truncated/b"] == 0.0  # b: limit unknown
+    assert metrics["env/truncated"] == pytest.approx(2 / 6)
+    assert metrics["env/a/format_rate"] == 1.0 and metrics["env/format_rate"] == pytest.approx(4 / 6)
+
+
 def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
     code = run(compose_config("quickstart", SMALL + ["preflight=true"]))
     out = capsys.readouterr().out

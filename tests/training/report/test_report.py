@@ -29,7 +29,7 @@ def step_records(step: int) -> list[SampleRecord]:
                 correct = 0.0 if flat else float((s + step + t) % 3 == 0)
                 found = float(s != 3 or flat)
                 records.append(SampleRecord(task, f"{step}-{task}-{g}", score=correct + 0.1 * found, accuracy=correct,
-                                            answer_found=found, response_length=10 + s))
+                                            answer_found=found, response_length=10 + s, truncated=float(s == 2)))
     return records
 
 
@@ -118,10 +118,10 @@ def test_per_step_rows_are_the_means_of_what_was_written(run):
         step = int(row[0]) if row[0] else step
         records = [r for r in step_records(step) if row[1] in (r.task, "all")]
         expected = [fmean(r.score for r in records), fmean(r.accuracy for r in records),
-                    fmean(r.answer_found for r in records)]
-        assert row[2:5] == [f"{value:.3f}" for value in expected], row
-        assert int(row[5]) == len(records)
-        assert row[6] == ("0.25" if row[1] == "all" else "")
+                    fmean(r.answer_found for r in records), fmean(r.truncated for r in records)]
+        assert row[2:6] == [f"{value:.3f}" for value in expected], row
+        assert int(row[6]) == len(records)
+        assert row[7] == ("0.25" if row[1] == "all" else "")
     assert [r[1] for r in rows[:3]] == ["all", "chain_sum", "spell_backward"]
 
 
@@ -167,8 +167,8 @@ def test_a_long_run_is_shown_in_blocks_of_steps(tmp_path):
     labels = [r[0] for r in rows if r[0]]
     assert len(labels) <= report.MAX_STEP_ROWS and labels[:2] == ["1-3", "4-6"] and labels[-1] == "70"
     block = [r for step in (1, 2, 3) for r in step_records(step)]
-    assert rows[0][2:6] == [f"{fmean(r.score for r in block):.3f}", f"{fmean(r.accuracy for r in block):.3f}",
-                            f"{fmean(r.answer_found for r in block):.3f}", str(len(block))]
+    assert rows[0][2:7] == [f"{fmean(r.score for r in block):.3f}", f"{fmean(r.accuracy for r in block):.3f}",
+                            f"{fmean(r.answer_found for r in block):.3f}", "0.250", str(len(block))]
     assert "## Training: steps 1-17 -> steps 54-70" in text  # a quarter of the run each
 
 
