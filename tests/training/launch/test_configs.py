@@ -180,14 +180,13 @@ def test_a_run_name_is_fixed_before_the_model_path_is_resolved(tiny_model_dir):
 
 def test_a_second_model_on_one_mix_starts_fresh_beside_the_first(tmp_path, monkeypatch):
     """The resume guard refuses a checkpoint of another model; the preset names keep the two runs apart instead."""
+    from tests.training.launch.test_resume import save_checkpoint
     from training.launch.resume import check_resume
 
     monkeypatch.chdir(tmp_path)
     first = compose_config("grpo", ["env.mix=logic", "model=qwen2.5-0.5b"])
     check_resume(first)  # writes its manifest, as a launch does
-    folder = tmp_path / str(first.trainer.default_local_dir)
-    (folder / "global_step_5").mkdir()
-    (folder / "latest_checkpointed_iteration.txt").write_text("5")
+    save_checkpoint(tmp_path / str(first.trainer.default_local_dir), 5)
     assert "resuming" in check_resume(first, launching=False)
     second = compose_config("grpo", ["env.mix=logic", "model=qwen2.5-1.5b"])
     assert check_resume(second, launching=False).startswith("starting fresh in ")
