@@ -184,7 +184,7 @@ def test_dump_step_writes_whole_groups_with_reward_fields_and_a_summary_of_all(t
     assert sorted(r["task"] for r in rows[::4]) == ["chain_sum", "chain_sum", "number_sorting", "spell_backward"]
     assert [r["sample"] for r in rows[:4]] == [0, 1, 2, 3] and len({r["group"] for r in rows[:4]}) == 1
     assert set(rows[0]) == {"step", "group", "sample", "task", "prompt", "response", "ground_truth", "pred", "score",
-                            "acc", "answer_found", "reason", "response_length"}
+                            "acc", "answer_found", "format_ok", "truncated", "reason", "response_length"}
     first = rows[0]
     assert first["step"] == 1 and first["prompt"].startswith("system")
     assert first["ground_truth"] == "chain_sum-answer-1-0"
