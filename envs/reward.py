@@ -70,18 +70,13 @@ class RewardOptions:
         if self.overlong_buffer and self.max_response_length <= self.overlong_buffer:
             raise ValueError("reward: overlong_buffer needs max_response_length > overlong_buffer (both in tokens)")
 
-    @property
-    def forms(self) -> tuple[str, ...]:
-        """The accepted answer forms, in envs.answers.ANSWER_FORMS order."""
-        return self.answer_forms
-
     def format_description(self) -> str:
         """What the format reward accepts, in words (envs.answers.describe_format)."""
-        return describe_format(self.require_think, self.forms)
+        return describe_format(self.require_think, self.answer_forms)
 
     def describe(self) -> str:
         """One line for the launch console: where answers are read, the format reward and how a cut response scores."""
-        forms = " or ".join({"answer": "<answer>...</answer>", "boxed": "\\boxed{...}"}[f] for f in self.forms)
+        forms = " or ".join({"answer": "<answer>...</answer>", "boxed": "\\boxed{...}"}[f] for f in self.answer_forms)
         fallback = f", else the {self.answer_fallback.replace('_', ' ')}" if self.answer_fallback else ""
         text = f"answer: {forms} after the reasoning{fallback}"
         if self.format_reward:
@@ -187,7 +182,7 @@ def score_response(
         return result
     rendered = as_rendered(response, prompt_opens_think)
     final = after_reasoning(rendered)
-    answer = None if final is None else final_answer(final, options.forms)
+    answer = None if final is None else final_answer(final, options.answer_forms)
     tagged = answer is not None
     fallback = FALLBACKS[options.answer_fallback]
     if not tagged and fallback is not None and final is not None:
@@ -195,13 +190,13 @@ def score_response(
     if final is None:
         raw, reason = 0.0, "the reasoning never closed (no </think>): no answer"
     elif answer is None:
-        raw, reason = 0.0, _no_answer_reason(options.forms)
+        raw, reason = 0.0, _no_answer_reason(options.answer_forms)
     else:
         raw, reason = rg_score(task, answer, entry, config)
     if not tagged and answer is not None:
-        reason = reason or f"no {_form_names(options.forms)}: scored the {options.answer_fallback.replace('_', ' ')}"
+        reason = reason or f"no {_form_names(options.answer_forms)}: scored the {options.answer_fallback.replace('_', ' ')}"
     correct = raw >= 1.0 - 1e-9
-    well_formed = format_ok(rendered, options.require_think, options.forms)
+    well_formed = format_ok(rendered, options.require_think, options.answer_forms)
     penalty = _overlong(response_length, options)
     base = raw if options.partial_credit else float(correct)
     result.update(

@@ -75,7 +75,7 @@ def test_qwen3_thinking_is_one_key_and_reaches_scoring_json(model, tmp_path):
     off = compose_config("grpo", [f"model={model}", "data.apply_chat_template_kwargs.enable_thinking=false"])
     assert scoring_settings(off)["chat_template_kwargs"] == {"enable_thinking": False}
     reward = scoring_settings(cfg)["reward"]
-    assert RewardOptions(**reward).forms == ("answer", "boxed") and reward["require_think"] is True
+    assert RewardOptions(**reward).answer_forms == ("answer", "boxed") and reward["require_think"] is True
     samples = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
     assert samples % cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 0
 
