@@ -116,7 +116,7 @@ def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
 
     fig = Figure(figsize=(13, 5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    validation, heldout = fig.subplots(1, 2)
+    heldout, validation = fig.subplots(1, 2)  # the held-out change first: it is what the verdict reads
     _draw_training(validation, data)
     chosen = decided(cmps)
     if chosen is None:
@@ -163,10 +163,17 @@ def _draw_training(ax, data: RunData) -> None:
     ax.grid(alpha=0.3)
 
 
-def _draw_heldout(ax, mode: str, cmp: dict) -> None:
+def heldout_rows(cmp: dict) -> list[dict]:
+    """The held-out panel's rows, top to bottom: the pool beyond the answer prior (the row the verdict decides on)
+    first, then each group and the overall row."""
     rows = [*cmp["groups"], cmp["overall"]] if len(cmp["groups"]) > 1 else [cmp["overall"]]
-    if (cmp.get("beyond_prior") or {}).get("ci95"):  # the row the verdict decides on
-        rows.append(cmp["beyond_prior"])
+    if (cmp.get("beyond_prior") or {}).get("ci95"):
+        rows.insert(0, cmp["beyond_prior"])
+    return rows
+
+
+def _draw_heldout(ax, mode: str, cmp: dict) -> None:
+    rows = heldout_rows(cmp)
     labels = cmp["labels"]
     for y, row in enumerate(rows):
         base, trained = row["base"] or 0.0, row["trained"] or 0.0
@@ -179,6 +186,8 @@ def _draw_heldout(ax, mode: str, cmp: dict) -> None:
             ax.plot([base + ci[0], base + ci[1]], [y - 0.18, y - 0.18], color="tab:orange", linewidth=3, alpha=0.5)
         ax.text(0.99, y - 0.3, text, ha="right", va="center", fontsize=8, transform=ax.get_yaxis_transform())
     ax.set_yticks(range(len(rows)), [row["key"] for row in rows])
+    if rows[0] is cmp.get("beyond_prior"):  # the row the verdict decides on, in bold
+        ax.get_yticklabels()[0].set_fontweight("bold")
     ax.set_ylim(len(rows) - 0.5, -0.6)
     ax.set_xlim(0, 1)
     ax.set_xlabel(f"held-out accuracy ({mode}); bar: base + the paired 95% interval of the change")

@@ -4,7 +4,8 @@ writes them."""
 from pathlib import Path
 
 from training.report.report import RunData
-from training.report.verdict import decided, one_answer_gains, plot_summary, training_curves, verdict_sentence
+from training.report.verdict import (decided, heldout_rows, one_answer_gains, plot_summary, training_curves,
+                                     verdict_sentence)
 
 
 def comparison(base: float, trained: float, ci: tuple[float, float] | None, temperature: float = 0.0) -> dict:
@@ -111,3 +112,9 @@ def test_summary_png_draws_with_and_without_validation(tmp_path):
                             tmp_path / name)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["with.png", "without.png"]  # nothing else left
+
+
+def test_summary_shows_the_pool_beyond_the_prior_first():
+    cmp = with_beyond_prior(comparison(0.3, 0.36, (0.02, 0.09)), 0.30, 0.33, (-0.01, 0.07))
+    assert [row["key"] for row in heldout_rows(cmp)][0] == "beyond prior"
+    assert [row["key"] for row in heldout_rows(comparison(0.3, 0.36, (0.02, 0.09)))][-1] == "overall"
