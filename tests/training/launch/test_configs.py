@@ -142,8 +142,8 @@ def test_every_config_samples_through_our_seeded_agent_loop():
 
 
 def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_device():
-    """Both devices train the mix's arithmetic with one update a step at lr 3e-5 and no reference model; the GPU from
-    16 prompts x 8 samples, the CPU (env.on_cpu) from 8 x 4, for 20 steps (configs/quickstart.yaml)."""
+    """The GPU recipe is the CPU's updates from four times the prompts (configs/quickstart.yaml): the same lr, one
+    update a step, no reference model, twenty steps; only env.on_cpu's sizes differ."""
     from training.launch.hardware import apply_cpu_overrides
 
     gpu = compose_config("quickstart", ["trainer.device=cuda"])
@@ -151,18 +151,9 @@ def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_devic
     apply_cpu_overrides(cpu)
     for cfg in (gpu, cpu):
         actor = cfg.actor_rollout_ref.actor
-        assert actor.optim.lr == 3e-5 and not actor.use_kl_loss
+        assert actor.optim.lr == 3e-5 and not actor.use_kl_loss and cfg.trainer.total_training_steps == 20
         assert actor.ppo_mini_batch_size == cfg.data.train_batch_size
-    sizes = [(c.data.train_batch_size, c.actor_rollout_ref.rollout.n, c.trainer.total_training_steps) for c in (gpu, cpu)]
-    assert sizes == [(16, 8, 20), (8, 4, 20)]
-    assert cpu.trainer.save_freq == 20  # one checkpoint, the one the held-out comparison exports
-
-
-def test_the_quickstart_mix_leaves_out_the_task_a_constant_answers():
-    """Letter counts' gold answer is "1" on most items: training on them taught that answer (BENCHMARKS.md)."""
-    from envs.mix import load_mix, mix_path
-
-    assert {spec.key for spec in load_mix(mix_path("quickstart")).tasks} == {"chain_sum", "basic_arithmetic"}
+    assert gpu.data.train_batch_size == 4 * cpu.data.train_batch_size == 16
 
 
 @pytest.mark.parametrize("preset", ["grpo", "dapo", "dr_grpo"])
