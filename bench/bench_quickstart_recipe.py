@@ -44,6 +44,7 @@ BEYOND = "beyond prior"  # the row of the tasks no answer repeated can carry, wh
 ARITH = ["env.mix=bench/recipes/quickstart_arithmetic.yaml", "data.train_batch_size=8",
          "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4"]
 CUT_ZERO = "env.reward.truncated=zero"  # a response cut at max_response_length scores 0 (its accuracy still counts)
+PROMPTS16 = ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"]  # one update of 16 prompts
 RECIPES: dict[str, list[str]] = {
     "shipped": [],  # configs/quickstart.yaml as it is now: steps20's training, without its two validations
     # the quickstart until issue 35: lr 1e-5 (ten CPU steps moved held-out greedy accuracy by a few points either way)
@@ -61,17 +62,16 @@ RECIPES: dict[str, list[str]] = {
     # since issue 35)
     "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", *run_length(20)],
     # each update from 16 prompts (4x the step time): seeds 3 and 4 helped beyond the prior
-    "prompts16": ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"],
+    "prompts16": PROMPTS16,
     # twice the response budget (seed 3: hurt beyond the prior)
     "len96": ["data.max_response_length=96"],
     # no letter counts, whose gold "1" on 83% of items the quickstart learns to give
     "arith": ARITH,
     "arith30": [*ARITH, "trainer.total_training_steps=30", "trainer.save_freq=30"],
     "cutzero": [*ARITH, CUT_ZERO],
-    "cutzero16x4": [*ARITH, CUT_ZERO, "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"],
+    "cutzero16x4": [*ARITH, CUT_ZERO, *PROMPTS16],
     # cutzero16x4 with 32 response tokens (the evaluation's budget follows the run's)
-    "cut32_16x4": [*ARITH, CUT_ZERO, "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                   "data.max_response_length=32"],
+    "cut32_16x4": [*ARITH, CUT_ZERO, *PROMPTS16, "data.max_response_length=32"],
 }
 
 

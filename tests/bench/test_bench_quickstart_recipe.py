@@ -56,10 +56,10 @@ def test_the_arithmetic_recipes_leave_out_letter_counts_for_the_same_sequences_a
     from envs.mix import load_mix, mix_path
 
     shipped = cpu_quickstart([])
+    shipped_tasks = {spec.key: spec for spec in load_mix(mix_path(shipped.env.mix)).tasks}
     for name in ("arith", "arith30", "cutzero", "cutzero16x4", "cut32_16x4"):
         cfg = cpu_quickstart(bench.RECIPES[name])
         tasks = {spec.key: spec for spec in load_mix(mix_path(str(REPO / cfg.env.mix))).tasks}
-        shipped_tasks = {spec.key: spec for spec in load_mix(mix_path(shipped.env.mix)).tasks}
         assert set(tasks) == {"chain_sum", "basic_arithmetic"} and set(shipped_tasks) == {*tasks, "letter_counting"}
         assert all(tasks[key].config == shipped_tasks[key].config for key in tasks), name
         assert cfg.actor_rollout_ref.rollout.n == 4 and cfg.actor_rollout_ref.actor.optim.lr == 3e-5, name

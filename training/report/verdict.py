@@ -129,7 +129,7 @@ def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
 
 
 def training_curves(data: RunData) -> tuple[str, str, dict[str, list[tuple[int, float]]]]:
-    """(title, y label, {task: [(step, accuracy)]}) of the summary's left panel: the in-training validation where the
+    """(title, y label, {task: [(step, accuracy)]}) of the summary's right panel: the in-training validation where the
     run validated, else the accuracy of the responses each step trained on (the CPU quickstart does not validate: the
     held-out comparison is its before and after); {} when the run wrote neither."""
     if data.validation:
