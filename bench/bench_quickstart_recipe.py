@@ -35,42 +35,48 @@ def run_length(steps: int) -> list[str]:
     return [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", f"trainer.test_freq={steps}"]
 
 
-# Recipes measured (BENCHMARKS.md, "Learning"): overrides of the CPU quickstart (configs/quickstart.yaml: sums,
-# differences and letter counts, 4 prompts x 8 samples, 20 steps, lr 3e-5). The quickstart trained ten steps until
-# "steps20" was shipped; the recipes measured then name their ten steps. ARITH trains the sums and differences only,
-# from 8 prompts x 4 samples (the same 32 sequences a step).
+# Recipes measured (BENCHMARKS.md, "Learning"), each spelled out over the CPU quickstart as it is now
+# (configs/quickstart.yaml: sums and differences, 16 prompts x 4 samples x 32 tokens, cut responses scored 0, 20 steps
+# at lr 3e-5), so that any of them runs again as it was measured. LETTERS is the earlier quickstart (sums,
+# differences and letter counts, 4 prompts x 8 samples x 48 tokens, cut responses scored as they are); the quickstart
+# trained ten steps until "steps20" was shipped, and the recipes measured then name their ten steps. ARITH is the sums
+# and differences from 8 prompts x 4 samples (the same 32 sequences a step as LETTERS).
 TEN_STEPS = run_length(10)
 BEYOND = "beyond prior"  # the row of the tasks no answer repeated can carry, which the verdict decides on
-ARITH = ["env.mix=bench/recipes/quickstart_arithmetic.yaml", "data.train_batch_size=8",
-         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4"]
+AS_IS = ["env.reward.truncated=as_is", "data.max_response_length=48"]
+LETTERS_MIX = REPO / "bench" / "recipes" / "quickstart_letters.yaml"  # the earlier quickstart's mix
+LETTERS = [f"env.mix={LETTERS_MIX}", *AS_IS, "data.train_batch_size=4",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=8"]
+ARITH = [*AS_IS, "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+         "actor_rollout_ref.rollout.n=4"]
 CUT_ZERO = "env.reward.truncated=zero"  # a response cut at max_response_length scores 0 (its accuracy still counts)
 PROMPTS16 = ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"]  # one update of 16 prompts
 RECIPES: dict[str, list[str]] = {
-    "shipped": [],  # configs/quickstart.yaml as it is now: steps20's training, without its two validations
+    "shipped": [],  # configs/quickstart.yaml as it is now: cut32_16x4
     # the quickstart until issue 35: lr 1e-5 (ten CPU steps moved held-out greedy accuracy by a few points either way)
-    "lr1e-5": ["actor_rollout_ref.actor.optim.lr=1e-5", *TEN_STEPS],
+    "lr1e-5": [*LETTERS, "actor_rollout_ref.actor.optim.lr=1e-5", *TEN_STEPS],
     # the same 32 responses a step from 8 prompts x 4 samples instead of 4 x 8: twice the questions per gradient
-    "wide": ["actor_rollout_ref.actor.optim.lr=1e-5", "data.train_batch_size=8",
+    "wide": [*LETTERS, "actor_rollout_ref.actor.optim.lr=1e-5", "data.train_batch_size=8",
              "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4", *TEN_STEPS],
     # three times the step size (4 of 5 seeds)
-    "lr3x": ["actor_rollout_ref.actor.optim.lr=3e-5", *TEN_STEPS],
+    "lr3x": [*LETTERS, "actor_rollout_ref.actor.optim.lr=3e-5", *TEN_STEPS],
     # lr3x trained on the judge's own correctness: Reasoning Gym's default score_answer pays len(gold)/len(answer) for
     # an answer that contains the gold, so partial credit paid the hedge "1.1" a third for every gold "1" (lr3x seed 4
     # answered it to 144 of 150 letter counts) while the held-out accuracy counts it wrong (4 of 5 seeds)
-    "binary": ["actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false", *TEN_STEPS],
-    # lr3x for twice the steps (40 prompts seen -> 80): the issue's fallback, a larger budget (5 of 5: the quickstart
-    # since issue 35)
-    "steps20": ["actor_rollout_ref.actor.optim.lr=3e-5", *run_length(20)],
+    "binary": [*LETTERS, "actor_rollout_ref.actor.optim.lr=3e-5", "env.reward.partial_credit=false", *TEN_STEPS],
+    # lr3x for twice the steps (40 prompts seen -> 80): the earlier quickstart (5 of 5 seeds better
+    # overall, 2 of 5 beyond the answer prior)
+    "steps20": LETTERS,
     # each update from 16 prompts (4x the step time): seeds 3 and 4 helped beyond the prior
-    "prompts16": PROMPTS16,
+    "prompts16": [*LETTERS, *PROMPTS16],
     # twice the response budget (seed 3: hurt beyond the prior)
-    "len96": ["data.max_response_length=96"],
-    # no letter counts, whose gold "1" on 83% of items the quickstart learns to give
+    "len96": [*LETTERS, "data.max_response_length=96"],
+    # no letter counts, whose gold "1" on 83% of items the quickstart learned to give
     "arith": ARITH,
     "arith30": [*ARITH, "trainer.total_training_steps=30", "trainer.save_freq=30"],
     "cutzero": [*ARITH, CUT_ZERO],
     "cutzero16x4": [*ARITH, CUT_ZERO, *PROMPTS16],
-    # cutzero16x4 with 32 response tokens (the evaluation's budget follows the run's)
+    # cutzero16x4 with 32 response tokens (the evaluation's budget follows the run's): the quickstart now
     "cut32_16x4": [*ARITH, CUT_ZERO, *PROMPTS16, "data.max_response_length=32"],
 }
 

@@ -13,8 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 MIXES = REPO / "configs" / "mix"
 
 
-# A training run that takes ~2 minutes on 2 CPU cores: tiny model, 2 prompts x 4 samples, 24-token responses.
-TINY_RUN = ["model=tiny", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
+# A training run that takes ~2 minutes on 2 CPU cores: tiny model, 2 prompts x 4 samples, 24-token responses. The
+# random tiny model writes to every limit, so cut responses are scored as they are (the quickstart's "zero" would
+# score every response 0: no gradient).
+TINY_RUN = ["model=tiny", "env.reward.truncated=as_is", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "data.max_prompt_length=768",

@@ -42,32 +42,42 @@ def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
         assert_sets(cpu_quickstart(overrides), overrides, name)
 
 
-def test_the_shipped_cpu_quickstart_is_the_recipe_that_passed_5_of_5(bench):
-    """BENCHMARKS.md's 5-of-5 sweep is of "steps20": the quickstart a user runs on a CPU must train that recipe. It
-    leaves out steps20's validation, which does not change training (tests/training/test_train.py,
+def test_the_shipped_cpu_quickstart_is_the_recipe_that_helped_on_every_seed(bench):
+    """BENCHMARKS.md's every-seed sweep is of "cut32_16x4": the quickstart a user runs on a CPU must train that
+    recipe, without validation (which does not change training: tests/training/test_train.py,
     test_one_seed_gives_one_run_resumed_or_not_validating_or_not)."""
     shipped = cpu_quickstart([])
-    assert_sets(shipped, [o for o in bench.RECIPES["steps20"] if not o.startswith("trainer.test_freq=")], "shipped")
+    assert_sets(shipped, bench.RECIPES["cut32_16x4"], "shipped")
     assert shipped.trainer.val_before_train is False and shipped.trainer.test_freq <= 0
 
 
-def test_the_arithmetic_recipes_leave_out_letter_counts_for_the_same_sequences_a_step(bench):
-    """ARITH: the quickstart's sums and differences without its letter counts, 8 prompts x 4 samples (4 x 8 shipped)."""
+def test_the_earlier_recipes_train_the_letters_mix_and_the_arithmetic_ones_the_shipped_mix(bench):
+    """LETTERS: the earlier quickstart, its sums and differences configured as the shipped mix's, plus letter
+    counts; ARITH: the shipped mix from 8 prompts x 4 samples (the same 32 sequences a step as LETTERS' 4 x 8)."""
     from envs.mix import load_mix, mix_path
 
-    shipped = cpu_quickstart([])
-    shipped_tasks = {spec.key: spec for spec in load_mix(mix_path(shipped.env.mix)).tasks}
-    for name in ("arith", "arith30", "cutzero", "cutzero16x4", "cut32_16x4"):
+    def tasks(cfg) -> dict:
+        path = cfg.env.mix if cfg.env.mix == "quickstart" else str(REPO / cfg.env.mix)
+        return {spec.key: spec.config for spec in load_mix(mix_path(path)).tasks}
+
+    shipped = tasks(cpu_quickstart([]))
+    assert set(shipped) == {"chain_sum", "basic_arithmetic"}
+    for name in ("lr1e-5", "wide", "lr3x", "binary", "steps20", "prompts16", "len96"):
         cfg = cpu_quickstart(bench.RECIPES[name])
-        tasks = {spec.key: spec for spec in load_mix(mix_path(str(REPO / cfg.env.mix))).tasks}
-        assert set(tasks) == {"chain_sum", "basic_arithmetic"} and set(shipped_tasks) == {*tasks, "letter_counting"}
-        assert all(tasks[key].config == shipped_tasks[key].config for key in tasks), name
-        assert cfg.actor_rollout_ref.rollout.n == 4 and cfg.actor_rollout_ref.actor.optim.lr == 3e-5, name
-    assert cpu_quickstart(bench.RECIPES["cutzero"]).env.reward.truncated == "zero" != shipped.env.reward.truncated
+        letters = tasks(cfg)
+        assert set(letters) == {*shipped, "letter_counting"} and all(letters[k] == shipped[k] for k in shipped), name
+        assert cfg.env.reward.truncated == "as_is" and cfg.data.max_response_length in (48, 96), name
+    for name in ("arith", "arith30", "cutzero", "cutzero16x4"):
+        cfg = cpu_quickstart(bench.RECIPES[name])
+        assert tasks(cfg) == shipped and cfg.actor_rollout_ref.rollout.n == 4, name
+        assert cfg.actor_rollout_ref.actor.optim.lr == 3e-5 and cfg.data.max_response_length == 48, name
+    assert cpu_quickstart(bench.RECIPES["arith"]).env.reward.truncated == "as_is"
+    assert cpu_quickstart(bench.RECIPES["cutzero"]).env.reward.truncated == "zero"
 
 
 def test_a_recipe_is_a_name_or_spelled_out(bench):
-    assert bench.parse_recipe("lr3x") == ("lr3x", ["actor_rollout_ref.actor.optim.lr=3e-5", *bench.TEN_STEPS])
+    assert bench.parse_recipe("lr3x") == ("lr3x", [*bench.LETTERS, "actor_rollout_ref.actor.optim.lr=3e-5",
+                                                   *bench.TEN_STEPS])
     assert bench.parse_recipe("mine:data.train_batch_size=8,trainer.total_training_steps=12") == (
         "mine", ["data.train_batch_size=8", "trainer.total_training_steps=12"])
     with pytest.raises(SystemExit, match="not one of"):

@@ -20,7 +20,7 @@ from training.launch.config import compose_config
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "eval" / "quickstart.yaml")
 SMOKE = str(REPO / "configs" / "eval" / "smoke.yaml")
-SMALL = ["suite.categories.in_mix.size=2", "suite.categories.probe.size=1"]
+SMALL = ["suite.categories.in_mix.size=2", "suite.categories.not_trained.size=2", "suite.categories.probe.size=1"]
 
 
 @pytest.fixture(scope="module")

@@ -141,9 +141,9 @@ def test_every_config_samples_through_our_seeded_agent_loop():
     assert hydra.utils.get_class(entries[AGENT_LOOP_NAME]._target_) is SeededSingleTurnAgentLoop
 
 
-def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_device():
-    """The GPU recipe is the CPU's updates from four times the prompts (configs/quickstart.yaml): the same lr, one
-    update a step, no reference model, twenty steps; only env.on_cpu's sizes differ."""
+def test_the_quickstart_takes_one_update_of_16_prompts_a_step_at_one_step_size_on_either_device():
+    """The GPU recipe is the CPU's updates (configs/quickstart.yaml): 16 prompts, the same lr, one update a step, no
+    reference model, twenty steps, cut responses scored 0; env.on_cpu halves the samples and shortens responses."""
     from training.launch.hardware import apply_cpu_overrides
 
     gpu = compose_config("quickstart", ["trainer.device=cuda"])
@@ -152,8 +152,9 @@ def test_the_quickstart_takes_one_update_a_step_at_one_step_size_on_either_devic
     for cfg in (gpu, cpu):
         actor = cfg.actor_rollout_ref.actor
         assert actor.optim.lr == 3e-5 and not actor.use_kl_loss and cfg.trainer.total_training_steps == 20
-        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size
-    assert gpu.data.train_batch_size == 4 * cpu.data.train_batch_size == 16
+        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size == 16 and cfg.env.reward.truncated == "zero"
+    assert gpu.actor_rollout_ref.rollout.n == 2 * cpu.actor_rollout_ref.rollout.n == 8
+    assert (gpu.data.max_response_length, cpu.data.max_response_length) == (256, 32)
 
 
 @pytest.mark.parametrize("preset", ["grpo", "dapo", "dr_grpo"])
@@ -199,4 +200,4 @@ def test_the_launch_states_what_the_reward_reads_and_gives():
                     "<think>...</think> then <answer>...</answer> or a text with \\boxed{...}; cut responses: as_is; "
                     "chat template with {'enable_thinking': True}")
     assert reward_line(compose_config("quickstart")) == ("answer: <answer>...</answer> after the reasoning, else the "
-                                                         "last number; cut responses: as_is")
+                                                         "last number; cut responses: zero")

@@ -91,9 +91,9 @@ def test_cpu_backend_merges_lora_adapters_before_each_sync():
 
 def test_cpu_overrides_yield_to_the_command_line():
     cfg = compose_config("quickstart")
-    applied = apply_cpu_overrides(cfg, command_line={"data.train_batch_size"})
-    assert "data.train_batch_size" not in applied and cfg.data.train_batch_size == 16
-    assert cfg.data.max_response_length == 48 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4
+    applied = apply_cpu_overrides(cfg, command_line={"actor_rollout_ref.rollout.n"})
+    assert "actor_rollout_ref.rollout.n" not in applied and cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.data.max_response_length == 32 and applied["data.max_response_length"] == 32
     assert cfg.algorithm.rollout_correction.bypass_mode  # from the base config's on_cpu, merged with quickstart's
     bad = compose_config("quickstart", ["+env.on_cpu={data.no_such_key: 1}"])
     with pytest.raises(ValueError, match="env.on_cpu.data.no_such_key: no such config key"):
