@@ -1,6 +1,6 @@
 """Our CPU rollout's decode loop against transformers' generate(), on the same rows, in one process.
 
-    python bench/bench_decode.py                      # SmolLM2, the CPU quickstart's first 4 prompts x 8, 48 tokens
+    python bench/bench_decode.py                  # SmolLM2, the earlier CPU quickstart's first 4 prompts x 8, 48 tokens
     python bench/bench_decode.py --model tiny --repeats 1
 
 Why: in bench/bench_trl.py --fixed-length our rollout's `gen` phase is 1.36x TRL's generate() on the same tokens.
@@ -42,9 +42,11 @@ def rows_parser(doc: str) -> argparse.ArgumentParser:
 
 def quickstart_config(model: str):
     """Returns the CPU quickstart config for `model`, composed as bench/bench_trl.py composes every arm's."""
+    from bench.bench_quickstart_recipe import LETTERS_MIX
     from bench.bench_trl import TINY_MAX_PROMPT_LENGTH, compose
 
-    overrides = [f"model={model}", "trainer.device=cpu", "trainer.n_gpus_per_node=1"]
+    # the earlier quickstart's mix (letter counts too), whose prompts BENCHMARKS.md's decode and precision rows sampled
+    overrides = [f"model={model}", "trainer.device=cpu", "trainer.n_gpus_per_node=1", f"env.mix={LETTERS_MIX}"]
     if model == "tiny":
         overrides.append(f"data.max_prompt_length={TINY_MAX_PROMPT_LENGTH}")
     return compose(overrides)

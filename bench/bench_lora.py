@@ -2,8 +2,9 @@
 
     python bench/bench_lora.py [--steps 3] [--rank 64] [--arms full,lora] [--out bench/results/lora]
 
-Trains the quickstart config at its CPU sizes (4 prompts x 8 samples, <= 48 tokens, fp32, 1 rank) twice, the same
-command but for LoRA's keys (lora_algorithmic's adapter: rank 64, alpha 32, every linear layer, learning rate 3e-5),
+Trains the quickstart config at the earlier quickstart's CPU sizes, as measured (bench/bench_quickstart_recipe.py's
+LETTERS: letter counts in the mix, 4 prompts x 8 samples, <= 48 tokens; fp32, 1 rank) twice, the same command but for
+LoRA's keys (lora_algorithmic's adapter: rank 64, alpha 32, every linear layer, learning rate 3e-5),
 and reports per arm verl's step time and phases (its file logger) and the peak resident memory of the training
 worker (the FSDP actor: weights, gradients, Adam state) and of the rollout server, sampled every 0.2 s with psutil.
 Then the LoRA checkpoint is exported merged (utils/load_fsdp_to_hf.py) and evaluated with the HF backend
@@ -27,6 +28,9 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ["gen", "update_actor", "update_weights", "step"]
 ROLES = {"ray::WorkerDict": "actor worker", "ray::TransformersServer": "rollout server"}
+if str(REPO) not in sys.path:  # `python bench/bench_lora.py` puts bench/ first; our packages live at the root
+    sys.path.insert(0, str(REPO))
+from bench.bench_quickstart_recipe import LETTERS  # noqa: E402  (the sizes BENCHMARKS.md's LoRA rows were measured at)
 
 
 def lora_keys(rank: int) -> list[str]:
@@ -35,7 +39,7 @@ def lora_keys(rank: int) -> list[str]:
 
 
 def train_command(run_dir: Path, steps: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "trainer.device=cpu",
+    return [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "trainer.device=cpu", *LETTERS,
             f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", "trainer.test_freq=-1",
             "trainer.val_before_train=false", "trainer.logger=[console,file]",
             f"trainer.default_local_dir={run_dir / 'ckpt'}", f"hydra.run.dir={run_dir / 'hydra'}", *extra]
@@ -90,7 +94,8 @@ def export_and_evaluate(run_dir: Path, items: int) -> dict:
         "evaluate": [sys.executable, "evaluation/evaluate_model.py", "--config", "configs/eval/quickstart.yaml",
                      "--model", str(run_dir / "hf"), "--backend", "hf", "--output", str(run_dir / "eval"),
                      "decoding=[greedy]", "pass_k=[1]", f"suite.categories.in_mix.size={items}",
-                     f"suite.categories.probe.size={items}"],
+                     f"suite.categories.not_trained.size={items}", f"suite.categories.probe.size={items}",
+                     "sampling.max_tokens=48", "reward.truncated=as_is"],  # scored as LETTERS trains
     }
     for name, cmd in commands.items():
         print(f"[lora {name}] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)

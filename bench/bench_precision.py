@@ -1,7 +1,7 @@
 """fp32 against bf16 on this CPU: the rollout's sampling, the actor's forward + backward, and how far their
 log-probs agree (issue 49, item 3).
 
-    python bench/bench_precision.py                   # SmolLM2, the CPU quickstart's first 4 prompts x 8, 48 tokens
+    python bench/bench_precision.py               # SmolLM2, the earlier CPU quickstart's first 4 prompts x 8, 48 tokens
     python bench/bench_precision.py --model tiny --repeats 1
 
 Why: a CPU step is sampling (training/cpu_backend/sampling.py) and the actor's update, both fp32 today. CPUs with
