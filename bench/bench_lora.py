@@ -91,11 +91,12 @@ def export_and_evaluate(run_dir: Path, items: int) -> dict:
     commands = {
         "export": [sys.executable, "utils/load_fsdp_to_hf.py", str(run_dir / "ckpt"), str(run_dir / "hf"),
                    "--dtype", "fp32", "--verify", "--quiet", "--force"],
+        # scored as the run trained (--from-run reads its scoring.json: LETTERS' 48 tokens, cut responses as they are)
         "evaluate": [sys.executable, "evaluation/evaluate_model.py", "--config", "configs/eval/quickstart.yaml",
-                     "--model", str(run_dir / "hf"), "--backend", "hf", "--output", str(run_dir / "eval"),
-                     "decoding=[greedy]", "pass_k=[1]", f"suite.categories.in_mix.size={items}",
-                     f"suite.categories.not_trained.size={items}", f"suite.categories.probe.size={items}",
-                     "sampling.max_tokens=48", "reward.truncated=as_is"],  # scored as LETTERS trains
+                     "--from-run", str(run_dir / "ckpt"), "--model", str(run_dir / "hf"), "--backend", "hf",
+                     "--output", str(run_dir / "eval"), "decoding=[greedy]", "pass_k=[1]",
+                     f"suite.categories.in_mix.size={items}", f"suite.categories.not_trained.size={items}",
+                     f"suite.categories.probe.size={items}"],
     }
     for name, cmd in commands.items():
         print(f"[lora {name}] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)

@@ -57,8 +57,7 @@ def test_the_earlier_recipes_train_the_letters_mix_and_the_arithmetic_ones_the_s
     from envs.mix import load_mix, mix_path
 
     def tasks(cfg) -> dict:
-        path = cfg.env.mix if cfg.env.mix == "quickstart" else str(REPO / cfg.env.mix)
-        return {spec.key: spec.config for spec in load_mix(mix_path(path)).tasks}
+        return {spec.key: spec.config for spec in load_mix(mix_path(str(cfg.env.mix))).tasks}
 
     shipped = tasks(cpu_quickstart([]))
     assert set(shipped) == {"chain_sum", "basic_arithmetic"}
