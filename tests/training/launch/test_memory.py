@@ -4,7 +4,6 @@ of a Qwen2.5-1.5B-sized run on a 24 GB card runs for real, on the tiny model's w
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,14 +57,14 @@ def test_the_largest_listed_size_that_fits_applies_and_the_command_line_wins():
         apply_gpu_memory(bad)
 
 
-def test_preflight_of_a_24_gb_setting(tiny_model_dir, capsys):
+def test_preflight_of_a_24_gb_setting(tiny_model_dir, tmp_path, capsys):
     """`preflight=true env.gpu_memory=24` with the Qwen2.5-1.5B preset (its weights: the tiny model's): the settings
     are applied, said on the console, and every check of the launch passes."""
     overrides = ["model=qwen2.5-1.5b", "env.gpu_memory=24", f"actor_rollout_ref.model.path={tiny_model_dir}",
                  "env.mix=quickstart",
                  "env.validation_size=4", "env.preflight.prompts=4", "env.preflight.samples=2",
                  "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8", "env.on_cpu=null",
-                 f"trainer.default_local_dir={tempfile.mkdtemp(prefix='memory_preflight_')}", "preflight=true"]
+                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", "preflight=true"]
     code = run(compose_config("grpo", overrides))
     out, err = capsys.readouterr()
     assert code == 0, out + err

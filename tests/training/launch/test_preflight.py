@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,16 @@ from training.train_grpo import run
 from training.trainer.metrics import SampleRecord, env_metrics, zero_variance_fraction
 
 REPO = str(Path(__file__).resolve().parents[3])
-SMALL = ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4", "env.preflight.prompts=4",
-         "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
-         "env.on_cpu=null",
-         # an empty checkpoint folder: a user's own run in checkpoints/ (another model) would be refused by the resume check
-         f"trainer.default_local_dir={tempfile.mkdtemp(prefix='preflight_ckpt_')}"]
+
+
+@pytest.fixture
+def small(tmp_path):
+    return ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4", "env.preflight.prompts=4",
+            "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
+            "env.on_cpu=null",
+            # an empty checkpoint folder: a user's own run in checkpoints/ (another model) would be refused by the
+            # resume check
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
 
 
 def test_shared_prefix_sampling_matches_plain_generate(tiny_model_dir, tiny_tokenizer):
@@ -38,10 +42,10 @@ def test_shared_prefix_sampling_matches_plain_generate(tiny_model_dir, tiny_toke
     assert all(0 < n <= 12 for _, n in ours)
 
 
-def test_reward_is_loaded_as_verl_loads_it(tiny_model_dir):
+def test_reward_is_loaded_as_verl_loads_it(tiny_model_dir, small):
     from envs.stream import TaskStream
 
-    cfg = resolve_config(compose_config("quickstart", SMALL + ["env.reward.format_reward=0.5"]), gpu_count=1)
+    cfg = resolve_config(compose_config("quickstart", small + ["env.reward.format_reward=0.5"]), gpu_count=1)
     items = TaskStream(os.path.join(REPO, "configs/mix/easy.yaml")).take(2)
     right = f"<think>easy</think> <answer>{items[0]['reward_model']['ground_truth']}</answer>"
     results = score_all(cfg, items, [right, "no idea"])
@@ -72,8 +76,8 @@ def test_truncation_and_format_per_task():
     assert metrics["env/a/format_rate"] == 1.0 and metrics["env/format_rate"] == pytest.approx(4 / 6)
 
 
-def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
-    code = run(compose_config("quickstart", SMALL + ["preflight=true"]))
+def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, small, capsys):
+    code = run(compose_config("quickstart", small + ["preflight=true"]))
     out = capsys.readouterr().out
     assert code == 0, out
     for text in ("batch: 16 prompts x 8 samples", "validation set: 4 items", "zero-variance groups",
@@ -82,16 +86,16 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, capsys):
     assert out.count("\n--- ") == 3
 
 
-def test_checks_stop_before_anything_starts(tiny_model_dir, capsys):
-    code = run(compose_config("quickstart", SMALL + ["actor_rollout_ref.actor.ppo_mini_batch_size=32"]))
+def test_checks_stop_before_anything_starts(tiny_model_dir, small, capsys):
+    code = run(compose_config("quickstart", small + ["actor_rollout_ref.actor.ppo_mini_batch_size=32"]))
     err = capsys.readouterr().err
     assert code == 2 and "nothing was started" in err and "ppo_mini_batch_size=32" in err
 
 
 @pytest.mark.slow
-def test_cli_runs_the_preflight_without_a_gpu(tiny_model_dir, tmp_path):
+def test_cli_runs_the_preflight_without_a_gpu(tiny_model_dir, small, tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *SMALL, "preflight=true",
+    cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *small, "preflight=true",
            f"hydra.run.dir={tmp_path}"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
