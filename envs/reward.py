@@ -8,16 +8,13 @@ are handled by envs.isolation, which runs this module's `score_response` in a ch
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Mapping
-
-import reasoning_gym
 
 from envs.answers import (ANSWER_FORMS, after_reasoning, as_rendered, describe_format, final_answer, format_ok,
                           last_line, last_number, response_problem)
 from envs.generation import config_key
+from envs.scorers import ANSWER_SHAPES, scorer_for, shape_problem
 
 
 @dataclass(frozen=True)
@@ -42,6 +39,9 @@ class RewardOptions:
     max_response_chars: int = 200_000  # longer responses score 0 without being parsed
     timeout_s: float = 10.0  # a scorer running longer on one response is stopped and scores 0
     isolate: bool = True  # score in a child process (hang-proof); False scores in-process (exceptions still caught)
+    # the answer alone, in a form the task's scorer reads as right, for the tasks of envs.scorers.ANSWER_SHAPES
+    # (gsm_symbolic, fraction_simplification, time_intervals): their scorers read the leading value and ignore the rest
+    strict_answers: bool = False
     tokenizer_path: str = ""  # verl passes text only: response tokens are counted with this tokenizer (model's path)
 
     @classmethod
@@ -81,6 +81,8 @@ class RewardOptions:
         text = f"answer: {forms} after the reasoning{fallback}"
         if self.format_reward:
             text += f"; format reward {self.format_reward:g} for {self.format_description()}"
+        if self.strict_answers:
+            text += "; strict answers (the answer alone) for " + ", ".join(sorted(ANSWER_SHAPES))
         return text + f"; cut responses: {self.truncated}"
 
 
@@ -95,36 +97,42 @@ def _last_number_or_line(response: str) -> str | None:
 FALLBACKS = {"": None, "last_line": last_line, "last_number": _last_number_or_line}
 
 
-def _exact_boolean(answer: str, entry: dict[str, Any]) -> float:
-    return 1.0 if answer.strip().lower() == str(entry["answer"]).strip().lower() else 0.0
-
-
-# Reasoning Gym scorers we do not trust: game_of_life_halting's returns 1.0 for any non-empty answer (0.1.25).
-REPAIRED_SCORERS = {"game_of_life_halting": _exact_boolean}
-
-
-@lru_cache(maxsize=512)
-def _scorer(task: str, config_text: str):
-    if task in REPAIRED_SCORERS:
-        return REPAIRED_SCORERS[task]
-    dataset = reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text))
-    return dataset.score_answer
+# A float sum lands this close outside [0, 1] (spell_backward's reached 1.0000000000000002): such a value is clamped;
+# one further out is a scorer bug and scores 0. A score below 1 is partial credit, kept at most PARTIAL_MAX.
+HAIR = 1e-6
+PARTIAL_MAX = 1.0 - HAIR
 
 
 def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | str | None = None
              ) -> tuple[float, str]:
-    """Returns (score in [0, 1], reason): Reasoning Gym's score of `answer`; exceptions give (0, their text).
+    """Returns (score in [0, 1], reason): the task's scorer (envs.scorers: Reasoning Gym's or a repair) on `answer`;
+    exceptions give (0, their text).
 
-    `config` is the task config the entry was generated with, as a dict or as envs.generation.config_key text.
+    1.0 (a right answer) only when the scorer returns exactly 1: a partial score that rounds up to it, or a float sum a
+    hair past it, is partial credit (at most PARTIAL_MAX). `config` is the task config the entry was generated with,
+    as a dict or as envs.generation.config_key text.
     """
     config_text = config if isinstance(config, str) else config_key(config or {})
+    if entry.get("answer") == "" and not answer.strip():  # string_manipulation can end empty; RG's default scorer
+        return 1.0, ""  # gives every empty answer 0, the right one too
     try:
-        value = float(_scorer(task, config_text)(answer, entry))
+        value = float(scorer_for(task, config_text)(answer, entry))
     except Exception as exc:  # scorers raise ValueError/TypeError/KeyError on malformed answers
         return 0.0, f"scorer raised {type(exc).__name__}: {str(exc)[:200]}"
-    if not 0.0 <= value <= 1.0:  # also catches NaN
+    if value == 1.0:
+        return 1.0, ""
+    if not -HAIR <= value <= 1.0 + HAIR:  # also catches NaN
         return 0.0, f"scorer returned {value}, outside [0, 1]"
-    return value, ""
+    return min(max(value, 0.0), PARTIAL_MAX), ""
+
+
+def score_answer(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | str | None = None,
+                 strict: bool = False) -> tuple[float, str]:
+    """rg_score after the `strict_answers` check (envs.scorers.ANSWER_SHAPES): the scoring that training, the
+    evaluator and envs.audit share once an answer has been read from a response."""
+    if strict and (problem := shape_problem(task, answer)):
+        return 0.0, problem
+    return rg_score(task, answer, entry, config)
 
 
 def _overlong(response_length: int | None, options: RewardOptions) -> float:
@@ -192,10 +200,10 @@ def score_response(
     elif answer is None:
         raw, reason = 0.0, _no_answer_reason(options.answer_forms)
     else:
-        raw, reason = rg_score(task, answer, entry, config)
+        raw, reason = score_answer(task, answer, entry, config, options.strict_answers)
     if not tagged and answer is not None:
         reason = reason or f"no {_form_names(options.answer_forms)}: scored the {options.answer_fallback.replace('_', ' ')}"
-    correct = raw >= 1.0 - 1e-9
+    correct = raw == 1.0  # rg_score gives exactly 1 only to a right answer
     well_formed = format_ok(rendered, options.require_think, options.answer_forms)
     penalty = _overlong(response_length, options)
     base = raw if options.partial_credit else float(correct)

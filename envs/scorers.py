@@ -1,0 +1,176 @@
+"""The scorer each task gets, and what we know of it: Reasoning Gym's own or the project's repair, the near misses it
+accepts and why that is harmless, and the answer shapes that `strict_answers` enforces.
+
+Full marks (1.0) mean a right answer: `envs.reward.rg_score` counts an answer as right only when its scorer returns
+exactly 1, so a repair's partial credit must stay below 1 for every wrong answer. envs.audit tries every task's
+scorer with its gold answers and near misses and checks the results against this table; tests/envs/test_audit.py
+runs it over every task, so a Reasoning Gym upgrade that changes a scorer fails there, naming the task and the case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Callable
+
+import reasoning_gym
+
+
+def _exact_boolean(answer: str, entry: dict[str, Any]) -> float:
+    return 1.0 if answer.strip().lower() == str(entry["answer"]).strip().lower() else 0.0
+
+
+def _spell_backward(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule in whole numbers: the share of letters in place, less 0.2 when every letter is in place
+    but more follow. Its float sum reached 0.9999999999999999 (and 1.0000000000000002) for the word with letters
+    appended, so the 0.2 never applied and a wrong answer passed for a right one."""
+    expected, given = str(entry["answer"]).lower(), answer.lower()
+    if given == expected:
+        return 1.0
+    if not expected:
+        return 0.0
+    in_place = sum(a == b for a, b in zip(expected, given))
+    return in_place / len(expected) - (0.2 if in_place == len(expected) else 0.0)
+
+
+def _letter_jumble(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (case and outer spaces ignored; partial credit for the words in place), over the longer of
+    the two word lists: its share of the expected words alone gave the right words followed by more words 1.0 (one,
+    two or four words) or 0.9999999999999998."""
+    expected, given = str(entry["answer"]).strip().lower(), answer.strip().lower()
+    if given == expected:
+        return 1.0
+    expected_words, given_words = expected.split(), given.split()
+    longest = max(len(expected_words), len(given_words))
+    return sum(a == b for a, b in zip(expected_words, given_words)) / longest if longest else 0.0
+
+
+def _coin_flip(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (a probability within 1e-4 is right; else credit for the digits it shares with the right
+    one from the start), with that share taken of the longer of the two: of the shorter, "0." for 0.5 and "0.1" for
+    0.125 scored 1.0."""
+    try:
+        given, expected = (float(Fraction(text.replace(",", ""))) for text in (answer, str(entry["answer"])))
+    except (ValueError, ZeroDivisionError):
+        return 0.0
+    if abs(given - expected) <= 1e-4:
+        return 1.0
+    given_text, expected_text = f"{given:.10g}", f"{expected:.10g}"
+    shared = next((i for i, (a, b) in enumerate(zip(given_text, expected_text)) if a != b),
+                  min(len(given_text), len(expected_text)))
+    return shared / max(len(given_text), len(expected_text))
+
+
+def _number_sorting(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's check (a list in the asked order) with the numbers themselves required: its tolerance of 1 on
+    each number let "-58." stand for -58.3, and any list of roundings pass. The question shows the numbers as the gold
+    lists them, so a right answer repeats them."""
+    if _rg_scorer("number_sorting")(answer, entry) != 1.0:
+        return 0.0
+    given = json.loads(answer.replace("'", '"'))
+    expected = json.loads(str(entry["answer"]).replace("'", '"'))
+    return float(all(abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b))) for a, b in zip(given, expected)))
+
+
+@lru_cache(maxsize=None)
+def _rg_scorer(task: str) -> Callable[[str, dict[str, Any]], float]:
+    """Reasoning Gym's own scorer of a task whose scoring reads no config (the repairs that build on it)."""
+    return reasoning_gym.create_dataset(task, seed=0, size=1).score_answer
+
+
+# Reasoning Gym 0.1.25 scorers we replace: game_of_life_halting's returns 1.0 for any non-empty answer; spell_backward's
+# letter_jumble's and coin_flip's partial credit reaches (or rounds to) 1.0 for wrong answers; number_sorting's takes
+# numbers off by up to 1.
+REPAIRED_SCORERS: dict[str, Callable[[str, dict[str, Any]], float]] = {
+    "game_of_life_halting": _exact_boolean,
+    "spell_backward": _spell_backward,
+    "letter_jumble": _letter_jumble,
+    "coin_flip": _coin_flip,
+    "number_sorting": _number_sorting,
+}
+
+
+@lru_cache(maxsize=512)
+def scorer_for(task: str, config_text: str) -> Callable[[str, dict[str, Any]], float]:
+    """Returns the scorer of `task` built with its config (envs.generation.config_key text): a repair, or RG's."""
+    if task in REPAIRED_SCORERS:
+        return REPAIRED_SCORERS[task]
+    return reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text)).score_answer
+
+
+# Near misses (envs.audit.NEAR_MISSES) that a scorer gives full marks, each accepted with the reason it cannot turn a
+# wrong answer into a right one. A case that scores 1 and is not listed here is a hole: the audit and its test fail.
+_CASE = "the answer does not depend on letter case"
+_SPACING = "spacing does not change the answer"
+_LEADING_FORMULA = "the parser reads the leading formula: what follows cannot make a wrong one right"
+_FIRST_NUMBER = "only the first number is read: text after it cannot make a wrong number right"
+ACCEPTED_LENIENCIES: dict[str, dict[str, str]] = {
+    "calendar_arithmetic": {"case": "weekday names in any case"},
+    "color_cube_rotation": {"case": "colour names in any case"},
+    "complex_arithmetic": {"case": "i and I name one imaginary unit", "whitespace": _SPACING},
+    "countdown": {"whitespace": "the expression is evaluated"},
+    "cryptarithm": {"whitespace": "letter=digit pairs are read"},
+    "family_relationships": {"case": "relation names in any case"},
+    "figlet_font": {"case": "the word in the figure is compared in any case", "whitespace": _SPACING},
+    "fraction_simplification": {"appended": "only the leading fraction is read (strict_answers closes it)",
+                                "twice": "only the leading fraction is read (strict_answers closes it)",
+                                "case": "\\DFRAC and \\dfrac are read alike", "whitespace": _SPACING},
+    "game_of_life_halting": {"case": "True and true alike (the project's repaired scorer)"},
+    "gsm_symbolic": {"twice": _FIRST_NUMBER + " (strict_answers closes it)"},
+    "intermediate_integration": {"appended": "'+ Cxyz' is a constant of integration too: any right antiderivative",
+                                 "whitespace": "the expression is parsed"},
+    "kakurasu": {"appended": "only the grid's 0s and 1s are read, and the grid is checked"},
+    "knights_knaves": {"appended": "name-role pairs are read; other words are ignored",
+                       "twice": "name-role pairs are compared as a set", "case": _CASE},
+    "letter_jumble": {"case": "Reasoning Gym's rule: words in any case (the project's repaired scorer)"},
+    "needle_haystack": {"case": "names in any case", "whitespace": _SPACING},
+    "palindrome_generation": {"case": "a palindrome in any case"},
+    "polynomial_equations": {"twice": "pieces between commas that are not one number are skipped; the roots read must "
+                                      "be the right ones"},
+    "polynomial_multiplication": {"whitespace": "the expression is parsed"},
+    "prime_factorization": {"whitespace": "the factors are read as numbers"},
+    "propositional_logic": {"appended": _LEADING_FORMULA, "twice": _LEADING_FORMULA, "case": "the formula is evaluated",
+                            "whitespace": "the formula is evaluated"},
+    "puzzle24": {"whitespace": "the expression is evaluated"},
+    "quantum_lock": {"appended": "only the button letters A-C are read: other text cannot change the sequence",
+                     "case": "button letters in any case", "whitespace": "only the button letters are read"},
+    "sentence_reordering": {"case": "words in any case"},
+    "simple_integration": {"appended": "'+ Cxyz' is a constant of integration too: any right antiderivative",
+                           "whitespace": "the expression is parsed"},
+    "sokoban": {"appended": "the moves are played: letters that are not moves do nothing, and the puzzle must end solved",
+                "twice": "the moves are played and the puzzle must end solved",
+                "whitespace": "the moves are played"},
+    "spell_backward": {"case": "Reasoning Gym's rule: letters in any case (the project's repaired scorer)"},
+    "time_intervals": {"appended": "only the leading duration is read (strict_answers closes it)",
+                       "twice": "only the leading duration is read (strict_answers closes it)",
+                       "dropped_last": "durations are parsed: '11 day' and '05:25:0' read as '11 days' and '05:25:00'",
+                       "case": "the unit word in any case", "whitespace": _SPACING},
+    "tsumego": {"case": "board coordinates in any case"},
+    "word_ladder": {"case": "words in any case", "whitespace": "the ladder is read as a list"},
+    "word_sorting": {"whitespace": "the words are read as a list"},
+    "zebra_puzzles": {"case": "names in any case"},
+}
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+# With `strict_answers`, an answer to these tasks scores 0 unless it is the answer alone, in one of the forms the task's
+# scorer reads as right; each closes a leniency above. {task: (pattern, the form in words)}
+ANSWER_SHAPES: dict[str, tuple[re.Pattern, str]] = {
+    "gsm_symbolic": (re.compile(_NUMBER), "a single number"),
+    "fraction_simplification": (
+        re.compile(r"\$*\s*(?:\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+)\s*\$*", re.IGNORECASE),
+        "a single fraction (a/b or \\frac{a}{b})"),
+    "time_intervals": (
+        re.compile(r"-?\d+(?: days?)?|\d+:\d\d(?::\d\d(?:\.\d+)?)?|-?\d+ days?, \d+:\d\d(?::\d\d)?", re.IGNORECASE),
+        "a single duration (N days, HH:MM[:SS[.mmm]] or N days, HH:MM[:SS])"),
+}
+
+
+def shape_problem(task: str, answer: str) -> str | None:
+    """Returns why `answer` is not the answer alone in one of `task`'s ANSWER_SHAPES forms, or None (also for tasks
+    without a shape)."""
+    shape = ANSWER_SHAPES.get(task)
+    if shape is None or shape[0].fullmatch(answer.strip()):
+        return None
+    return f"strict_answers: {task} takes {shape[1]} and nothing else"
