@@ -33,7 +33,7 @@ from envs.tasks import SLOW_TASKS, all_tasks, check_task_name
 NEAR_MISSES = ("appended", "twice", "dropped_last", "case", "whitespace", "empty")
 EXAMPLE_ANSWER_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
 ITEMS = 24
-SLOW_ITEMS = 8  # at most this many items of a slow generator (futoshiki: 3 s an item): a mix's audit takes seconds
+SLOW_ITEMS = 4  # at most this many items of a slow generator (futoshiki: 3 s an item): a mix's audit takes seconds
 SLOW = SLOW_TASKS | {"acre", "arc_agi"}
 SPLIT = "validation"  # the items training validates on and the held-out tasks' items
 

@@ -287,3 +287,78 @@ def test_verls_naive_manager_hands_the_agent_loops_cut_mark_to_compute_score(tin
     cut, whole = run(True), run(False)
     assert cut["reward_score"] == 0.0 and cut["reward_extra_info"]["truncated"] == 1.0
     assert whole["reward_score"] == 1.0 and whole["reward_extra_info"]["truncated"] == 0.0
+
+
+@pytest.mark.parametrize("task, gold, wrong", [
+    ("spell_backward", "ytilaidola", "ytilaidolaxyz"),  # RG's float sum: 0.9999999999999999
+    ("spell_backward", "eripsnier", "eripsnieri"),  # 1.0000000000000002
+    ("letter_jumble", "the cat", "the cat sat"),  # 1.0 exactly (two words)
+    ("letter_jumble", "one two three", "one two three four"),  # 0.9999999999999998
+    ("coin_flip", "0.5", "0."),  # RG's prefix share of the shorter text: 1.0
+    ("coin_flip", "0.125", "0.1"),
+])
+def test_a_wrong_answer_never_gets_full_marks(task, gold, wrong):
+    """The holes Reasoning Gym 0.1.25's scorers had: partial credit that reached or rounded to 1 for a wrong answer.
+    Binarised it scores 0; with partial credit it keeps credit below 1."""
+    entry = {"question": "q", "answer": gold, "metadata": {"source_dataset": task}}
+    assert score_response(f"<answer>{gold}</answer>", entry, task)["acc"] == 1.0
+    binarised = score_response(f"<answer>{wrong}</answer>", entry, task)
+    assert binarised["acc"] == 0.0 and binarised["score"] == 0.0
+    partial = score_response(f"<answer>{wrong}</answer>", entry, task, RewardOptions(partial_credit=True))
+    assert partial["acc"] == 0.0 and 0.0 < partial["score"] < 1.0
+
+
+def test_the_repairs_keep_reasoning_gyms_partial_credit():
+    from envs.scorers import REPAIRED_SCORERS
+
+    spell, jumble = REPAIRED_SCORERS["spell_backward"], REPAIRED_SCORERS["letter_jumble"]
+    assert spell("abcdx", {"answer": "abcde"}) == pytest.approx(0.8)  # 4 of 5 letters in place
+    assert spell("ABCDEF", {"answer": "abcde"}) == pytest.approx(0.8)  # all in place, more after: less 0.2
+    assert spell("EDCBA", {"answer": "edcba"}) == 1.0  # case, as RG
+    assert jumble("The dog", {"answer": "the cat"}) == pytest.approx(0.5)
+    number_sorting = REPAIRED_SCORERS["number_sorting"]
+    entry = {"answer": "['27.0', '21.1', '-21.73']", "metadata": {"direction": "descending"}}
+    assert number_sorting("['27.0', '21.1', '-21.73']", entry) == 1.0
+    assert number_sorting("['27', '21.1', '-21.73']", entry) == 1.0  # the same numbers
+    assert number_sorting("['27.0', '21.1', '-21.7']", entry) == 0.0  # RG's tolerance of 1 took it
+
+
+@pytest.mark.parametrize("value, raw, outside", [
+    (1.0, 1.0, False), (1.0 + 2e-16, "partial max", False), (0.9999999999999999, "partial max", False),
+    (-1e-12, 0.0, False), (1.5, 0.0, True), (float("nan"), 0.0, True),
+])
+def test_only_an_exact_one_is_full_marks_and_a_hair_outside_is_clamped(monkeypatch, value, raw, outside):
+    from envs import reward
+
+    raw = reward.PARTIAL_MAX if raw == "partial max" else raw
+    monkeypatch.setattr(reward, "scorer_for", lambda task, config: (lambda answer, entry: value))
+    entry = {"question": "q", "answer": "x", "metadata": {"source_dataset": "chain_sum"}}
+    assert reward.rg_score("chain_sum", "y", entry) == (raw, f"scorer returned {value}, outside [0, 1]" if outside else "")
+    result = reward.score_response("<answer>y</answer>", entry, options=RewardOptions(partial_credit=True))
+    assert result["acc"] == float(value == 1.0) and result["score"] == raw
+
+
+def test_an_empty_right_answer_scores_one():
+    entry = {"question": "q", "answer": "", "metadata": {"source_dataset": "string_manipulation"}}
+    assert score_response("<answer></answer>", entry)["acc"] == 1.0
+    assert score_response("<answer>a</answer>", entry)["acc"] == 0.0
+
+
+@pytest.mark.parametrize("task, right, wrong", [
+    ("gsm_symbolic", "12", ["12 12", "12 or 13", "12 dollars"]),
+    ("fraction_simplification", "$\\dfrac{332}{971}$", ["$\\dfrac{332}{971}$xyz", "\\frac{332}{971} or 1/2"]),
+    ("time_intervals", "12 days", ["12 days, maybe 13", "12 days 12 days"]),
+])
+def test_strict_answers_take_the_answer_alone(task, right, wrong):
+    """RG reads the leading value of these answers and ignores the rest; strict_answers scores the rest 0 while every
+    form the scorer reads as right still scores 1."""
+    metadata = {"source_dataset": task, "simplified_numerator": 332, "simplified_denominator": 971, "numerator": 664,
+                "denominator": 1942, "task_type": "date"}
+    entry = {"question": "q", "answer": right, "metadata": metadata}
+    strict = RewardOptions(strict_answers=True)
+    for text in wrong:
+        assert score_response(f"<answer>{text}</answer>", entry, task)["acc"] == 1.0
+        result = score_response(f"<answer>{text}</answer>", entry, task, strict)
+        assert result["acc"] == 0.0 and "strict_answers" in result["reason"]
+    assert score_response(f"<answer>{right}</answer>", entry, task, strict)["acc"] == 1.0
+    assert "strict answers" in strict.describe()
