@@ -153,15 +153,22 @@ def check_config(cfg: DictConfig, visible_gpus: int) -> list[str]:
 
 
 def sample_prompt_lengths(cfg: DictConfig, tokenizer, count: int) -> dict[str, list[int]]:
-    """Returns {task: [prompt token counts]} of the first `count` training prompts, none filtered out."""
+    """Returns {task: [prompt token counts]} of the first `count` training prompts and, for each held-out task (which
+    only the validation set holds), of its first `count` // 4 validation prompts; none filtered out."""
     from envs.stream import TaskStream
     from training.trainer.data import chat_template_kwargs, load_env_mix
 
-    stream = TaskStream(load_env_mix(cfg), split="train", seed=int(cfg.env.seed), system_prompt=cfg.env.system_prompt)
-    try:
-        return prompt_length_report(stream.take(count), tokenizer, chat_template_kwargs(cfg))
-    finally:
-        stream.close()
+    mix = load_env_mix(cfg)
+    sources = [(mix, "train", count)] + [({"tasks": {task: {"weight": 1.0}}}, "validation", max(count // 4, 1))
+                                         for task in mix.held_out]
+    lengths: dict[str, list[int]] = {}
+    for source, split, items in sources:
+        stream = TaskStream(source, split=split, seed=int(cfg.env.seed), system_prompt=cfg.env.system_prompt)
+        try:
+            lengths.update(prompt_length_report(stream.take(items), tokenizer, chat_template_kwargs(cfg)))
+        finally:
+            stream.close()
+    return lengths
 
 
 def prompt_length_report(items: list[dict], tokenizer, chat_template_kwargs: dict | None = None

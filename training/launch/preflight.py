@@ -3,7 +3,7 @@
 It draws prompts from the real task stream through verl's collate function, renders them with the model's chat
 template, samples a group of responses per prompt with `generate`, scores them with the reward function exactly as
 verl loads it (reward.custom_reward_function + reward_kwargs), and prints a per-task table and a few completions.
-Reads env.preflight.{prompts,samples,max_new_tokens,show,threads}, actor_rollout_ref.rollout.{n,temperature,top_p},
+Reads env.preflight.{prompts,samples,max_new_tokens,show,threads,audit_items}, actor_rollout_ref.rollout.{n,temperature,top_p},
 data.max_response_length. Returns 0 when every stage worked.
 """
 
@@ -144,6 +144,7 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
     validation = build_validation_items(cfg, tokenizer)
     print(f"[preflight] validation set: {len(validation)} items from tasks "
           f"{sorted({v['extra_info']['task'] for v in validation})}")
+    audit_scorers(cfg, int(opts.get("audit_items", 8)))
     items = draw_prompts(cfg, tokenizer, int(opts.prompts))
     prompts = [render(tokenizer, item["raw_prompt"], cfg) for item in items]
     prompt_lengths: dict[str, int] = {}
@@ -163,6 +164,25 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
     print(per_task_table(records, prompt_lengths))
     show_completions(completions, int(opts.show))
     return finish(records, time.perf_counter() - start)
+
+
+def audit_scorers(cfg: DictConfig, items: int) -> None:
+    """Prints envs.audit's line for each task of the mix (gold answers and near misses on `items` validation items,
+    scored as env.reward scores), and a warning when a gold answer missed or a wrong answer scored as right."""
+    from omegaconf import OmegaConf
+
+    from envs.audit import audit_task, mix_tasks
+    from envs.reward import RewardOptions
+    from training.trainer.data import load_env_mix
+
+    strict = RewardOptions.from_kwargs(OmegaConf.to_container(cfg.env.reward, resolve=True) or {}).strict_answers
+    audits = [audit_task(key, task, config, items, int(cfg.env.seed), strict)
+              for key, task, config in mix_tasks(load_env_mix(cfg))]
+    for found in audits:
+        print(f"[preflight] scorer audit: {found.line()}")
+    if any(found.gold_missed or found.holes for found in audits):
+        print("[preflight] WARNING: the scorer audit found a gold answer that does not score 1 (MISSED) or a wrong "
+              "answer that does (HOLE); see docs/task-stream.md, 'The audit'")
 
 
 def show_completions(completions: list[Completion], count: int) -> None:
