@@ -84,6 +84,28 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, small, capsys):
                  "answer", "all checks passed"):
         assert text in out
     assert out.count("\n--- ") == 3
+    for task in ("chain_sum", "basic_arithmetic"):  # envs.audit on each task of the mix, 8 items each
+        assert f"[preflight] scorer audit: {task}: Reasoning Gym's scorer; gold 1 on 8/8; near misses: none" in out
+
+
+def readme_example_mix(tmp_path) -> Path:
+    """The README's `my_mix.yaml`, as a user saves it."""
+    readme = (Path(REPO) / "README.md").read_text()
+    block = readme.split("save this as `my_mix.yaml`:")[1].split("```yaml\n")[1].split("```")[0]
+    path = tmp_path / "my_mix.yaml"
+    path.write_text(block)
+    return path
+
+
+def test_a_held_out_task_whose_prompts_cannot_fit_is_one_check_line(tiny_model_dir, small, tmp_path, capsys):
+    """The README's example mix on the quickstart (128 prompt tokens): number_sorting, only in the validation set,
+    ended in a traceback from the validation set; now the launch stops first, naming the task and the value."""
+    mix = readme_example_mix(tmp_path)
+    code = run(compose_config("quickstart", small + [f"env.mix={mix}", "data.max_prompt_length=128"]))
+    err = capsys.readouterr().err
+    assert code == 2 and "nothing was started" in err, err
+    line = next(line for line in err.splitlines() if "task number_sorting:" in line)  # the tiny tokenizer's counts
+    assert "raise data.max_prompt_length to at least" in line
 
 
 def test_checks_stop_before_anything_starts(tiny_model_dir, small, capsys):
