@@ -1,7 +1,7 @@
 """The scorer audit: each task of a mix tried with its gold answers and near misses, and its prompts measured.
 
     python -m envs.audit --mix my_mix.yaml                                  # one line a task
-    python -m envs.audit --mix quickstart --model PATH --max-prompt-length 128
+    python -m envs.audit --mix quickstart --model PATH --max-prompt-length 128 --system-prompt "Answer ..."
     python -m envs.audit --all-tasks --markdown                             # docs/task-stream.md's table
 
 On `items` items a task it scores the gold answer (the entry's, or its example answer where several are right) and
@@ -211,6 +211,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true", help="score as the strict_answers reward option does")
     parser.add_argument("--model", help="a model folder: measure each task's prompts with its tokenizer and template")
     parser.add_argument("--system-prompt", default="DeepSeekZero", help="env.system_prompt (a name or the text)")
+    parser.add_argument("--chat-template-kwargs", type=json.loads, default={},
+                        help='data.apply_chat_template_kwargs as JSON, e.g. \'{"enable_thinking": false}\'')
     parser.add_argument("--max-prompt-length", type=int, help="data.max_prompt_length: longer prompts fail the audit")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table instead of lines")
     return parser.parse_args(argv)
@@ -234,7 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model:
         from transformers import AutoTokenizer
 
-        counter = prompt_counter(AutoTokenizer.from_pretrained(args.model), args.system_prompt)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.model)
+        except (OSError, ValueError) as err:
+            print(f"envs.audit: --model {args.model}: cannot load its tokenizer ({str(err).splitlines()[0]}); give a "
+                  "model folder with its tokenizer files", file=sys.stderr)
+            return 2
+        counter = prompt_counter(tokenizer, args.system_prompt, args.chat_template_kwargs)
     where = "every task" if args.all_tasks else args.mix or args.tasks
     print(f"[audit] {where}: {len(tasks)} task(s), {args.items} {SPLIT} items each, seed {args.seed}"
           + (", strict_answers" if args.strict else ""), file=sys.stderr)
