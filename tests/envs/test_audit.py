@@ -55,11 +55,13 @@ def test_prompts_longer_than_the_limit_name_the_task_and_the_value(capsys, tiny_
                     "--max-prompt-length", str(tokens))[0] == 0
 
 
-def test_bad_input_names_what_to_fix(capsys):
+def test_bad_input_names_what_to_fix(capsys, tmp_path):
     code, _, err = run_main(capsys, "--tasks", "number_sortin")
     assert code == 2 and "did you mean 'number_sorting'" in err
     code, _, err = run_main(capsys, "--mix", "no_such_mix")
     assert code == 2 and "no_such_mix" in err and "quickstart" in err
+    code, _, err = run_main(capsys, "--tasks", "chain_sum", "--model", str(tmp_path))
+    assert code == 2 and f"--model {tmp_path}: cannot load its tokenizer" in err
 
 
 def documented_rows() -> dict[str, str]:
