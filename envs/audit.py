@@ -59,7 +59,7 @@ def _parsed(text: str) -> Any:
     return None
 
 
-def same_value(a: str, b: str) -> bool:
+def same_answer(a: str, b: str) -> bool:
     """True if two answers are the same text or parse to the same number or Python literal ("12.0" and "12.00",
     "[1, 2]" and "[1,2]")."""
     if a.strip() == b.strip():
@@ -81,12 +81,12 @@ def _drop_last_letter_or_digit(gold: str) -> str | None:
 
 
 def near_misses(gold: str) -> dict[str, str]:
-    """{case: wrong answer} for the NEAR_MISSES of `gold` that differ from it in value (see same_value)."""
+    """{case: wrong answer} for the NEAR_MISSES of `gold` that differ from it in value (see same_answer)."""
     middle = len(gold) // 2
     spacing = re.sub(r"\s+", "", gold) if re.search(r"\s", gold.strip()) else gold[:middle] + " " + gold[middle:]
     cases = {"appended": gold + "xyz", "twice": f"{gold} {gold}", "dropped_last": _drop_last_letter_or_digit(gold),
              "case": gold.swapcase(), "whitespace": spacing if middle else None, "empty": ""}
-    return {name: text for name, text in cases.items() if text is not None and not same_value(text, gold)}
+    return {name: text for name, text in cases.items() if text is not None and not same_answer(text, gold)}
 
 
 @dataclass

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from envs import audit
-from envs.audit import audit_task, main, markdown_table, near_misses, same_value
+from envs.audit import audit_task, main, markdown_table, near_misses, same_answer
 from envs.scorers import ACCEPTED_LENIENCIES, REPAIRED_SCORERS, scorer_for
 from envs.tasks import all_tasks
 
@@ -19,7 +19,7 @@ def test_near_misses_differ_from_the_gold_in_value():
     assert "dropped_last" not in near_misses("-100.0") and "dropped_last" not in near_misses("3.14")  # same, rounded
     assert near_misses("3.5")["dropped_last"] == "3." and near_misses("Bob is a knave.")["dropped_last"].endswith("knav.")
     assert "whitespace" not in near_misses("['1', '2']") and "case" not in near_misses("12")
-    assert same_value("12.0", "12.00") and same_value("[1, 2]", "[1,2]") and not same_value("12", "1 2")
+    assert same_answer("12.0", "12.00") and same_answer("[1, 2]", "[1,2]") and not same_answer("12", "1 2")
 
 
 def run_main(capsys, *argv):

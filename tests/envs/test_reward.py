@@ -1,7 +1,6 @@
 """The reward: extraction, options, repaired scorers, and every Reasoning Gym task through verl's reward manager."""
 
 import asyncio
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +11,12 @@ from verl import DataProto
 from verl.trainer.ppo.reward import load_reward_manager
 
 from envs.answers import extract_answer, format_ok, last_number
+from envs.audit import gold_answer
 from envs.generation import generate_entry
 from envs.reward import RewardOptions, score_response
 from envs.tasks import all_tasks
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_ANSWER_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
 NO_EXAMPLE = {"boxnet", "rush_hour"}  # answer is None and the metadata holds no example valid answer
 
 
@@ -44,14 +43,6 @@ def test_format_check():
 
 def entry_of(task, position=0, config=None):
     return generate_entry(task, config or {}, "train", 0, position)
-
-
-def correct_answer(entry):
-    if entry["answer"] is not None:
-        return entry["answer"]
-    metadata = entry["metadata"]
-    value = next(metadata[k] for k in EXAMPLE_ANSWER_KEYS if k in metadata)
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def test_options_partial_binarised_format_overlong():
@@ -148,7 +139,7 @@ def test_every_task_through_verls_reward_manager(reward_manager, tiny_tokenizer)
     for task in all_tasks():
         entry = entry_of(task)
         if task not in NO_EXAMPLE:
-            cases.append((task, entry, f"<think>x</think><answer>{correct_answer(entry)}</answer>", "correct"))
+            cases.append((task, entry, f"<think>x</think><answer>{gold_answer(entry)}</answer>", "correct"))
         cases.append((task, entry, "<answer>definitely not it</answer>", "wrong"))
         # token ids cannot hold lone surrogates, so that case is tested on compute_score directly (test_isolation)
         cases += [(task, entry, text, name) for name, text in ADVERSARIAL.items() if name not in ("invalid unicode", "1MB")]

@@ -17,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from envs.audit import gold_answer
 from envs.entry_json import decode_entry, encode_entry, same_value
 from envs.generation import generate_entry
 from envs.reward import score_response
@@ -25,7 +26,6 @@ from envs.tasks import all_tasks
 from envs.to_parquet import SCHEMA, read_metadata, write_parquet
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_ANSWER_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
 # Tasks whose metadata JSON alone would change: tuples the scorer compares (rearc), integer keys and an answer of None
 # (graph_color), nested tuples (knights_knaves), and one task that depends on PYTHONHASHSEED (isomorphic_strings).
 MIX = {"tasks": {
@@ -37,14 +37,6 @@ MIX = {"tasks": {
     "number_sorting": {"weight": 1.0},
 }}
 WRONG = "<think>no idea</think><answer>definitely not it</answer>"
-
-
-def correct_answer(entry):
-    """The entry's answer, or the example answer its metadata holds when the task has many (graph_color)."""
-    if entry["answer"] is not None:
-        return entry["answer"]
-    value = next(entry["metadata"][k] for k in EXAMPLE_ANSWER_KEYS if k in entry["metadata"])
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +83,7 @@ def test_entry_json_is_exact_for_every_task_and_scores_the_same():
         decoded = decode_entry(encode_entry(entry))
         if not same_value(entry, decoded) or encode_entry(decoded) != encode_entry(entry):
             failures.append((task, "round trip"))
-        for text in (f"<answer>{correct_answer(entry) if task not in ('boxnet', 'rush_hour') else ''}</answer>", WRONG):
+        for text in (f"<answer>{gold_answer(entry) if task not in ('boxnet', 'rush_hour') else ''}</answer>", WRONG):
             if score_response(text, entry, task=task)["score"] != score_response(text, decoded, task=task)["score"]:
                 failures.append((task, text[:40]))
     assert failures == []
@@ -148,7 +140,7 @@ def test_verls_rlhfdataset_reads_it_and_our_reward_scores_it(written, tiny_token
     cases = []
     for i, item in enumerate(items):
         entry = decode_entry(item["extra_info"]["entry_json"])
-        cases += [(i, f"<think>x</think><answer>{correct_answer(entry)}</answer>", 1.0), (i, WRONG, 0.0)]
+        cases += [(i, f"<think>x</think><answer>{gold_answer(entry)}</answer>", 1.0), (i, WRONG, 0.0)]
 
     async def run_all():
         return await asyncio.gather(*[manager.run_single(one(i, text)) for i, text, _ in cases])
@@ -164,7 +156,7 @@ def test_verls_rlhfdataset_reads_it_and_our_reward_scores_it(written, tiny_token
 
     item = items[0]
     entry = decode_entry(item["extra_info"]["entry_json"])
-    result = asyncio.run(compute_score(data_source=item["data_source"], solution_str=f"<answer>{correct_answer(entry)}</answer>",
+    result = asyncio.run(compute_score(data_source=item["data_source"], solution_str=f"<answer>{gold_answer(entry)}</answer>",
                                        ground_truth=item["reward_model"]["ground_truth"], extra_info=item["extra_info"]))
     assert result["score"] == 1.0 and "entry" not in item["extra_info"]  # the caller's dict is left as it was
 
@@ -251,7 +243,7 @@ def test_trl_layout_and_reward_wrapper(written):
     inputs = [dataset[i] for i in range(len(dataset)) for _ in range(2)]  # 2 generations per prompt, as TRL repeats
     texts = []
     for example in inputs[::2]:
-        answer = correct_answer(decode_entry(example["extra_info"]["entry_json"]))
+        answer = gold_answer(decode_entry(example["extra_info"]["entry_json"]))
         texts += [f"<think>x</think><answer>{answer}</answer>", WRONG]
     kwargs = {key: [example[key] for example in inputs] for key in inputs[0] if key != "prompt"}  # TRL's own rule
     kwargs.update(trainer_state=None, log_extra=lambda *a: None, log_metric=lambda *a: None)
@@ -299,7 +291,7 @@ def test_trls_own_reward_call(written):
 
     dataset = load_dataset("parquet", data_files=str(written))["train"]
     inputs = [dataset[i] for i in range(6)]
-    texts = [f"<answer>{correct_answer(decode_entry(x['extra_info']['entry_json']))}</answer>" if i % 2 == 0 else WRONG
+    texts = [f"<answer>{gold_answer(decode_entry(x['extra_info']['entry_json']))}</answer>" if i % 2 == 0 else WRONG
              for i, x in enumerate(inputs)]
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
