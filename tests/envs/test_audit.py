@@ -6,7 +6,7 @@ import pytest
 
 from envs import audit
 from envs.audit import audit_task, main, markdown_table, near_misses, same_answer
-from envs.scorers import ACCEPTED_LENIENCIES, REPAIRED_SCORERS, scorer_for
+from envs.scorers import ACCEPTED_LENIENCIES, ANSWER_SHAPES, REPAIRED_SCORERS, scorer_for
 from envs.tasks import all_tasks
 
 NO_GOLD = {"boxnet", "rush_hour"}  # several right answers and no example answer in the entry
@@ -95,3 +95,13 @@ def test_every_tasks_scorer_gives_full_marks_to_the_gold_and_to_no_near_miss_but
 def test_the_documented_table_lists_every_task_once(doc_rows):
     assert sorted(doc_rows) == all_tasks() and set(ACCEPTED_LENIENCIES) <= set(all_tasks())
     assert audit.SLOW <= set(all_tasks())
+
+
+@pytest.mark.parametrize("task", sorted(ANSWER_SHAPES))
+def test_strict_answers_reject_no_gold_and_close_what_they_name(task):
+    """With strict_answers every gold still scores 1, and the leniencies the table says strict_answers closes are
+    gone (the table's other reasons stand)."""
+    loose, strict = audit_task(task, task, {}, items=48), audit_task(task, task, {}, items=48, strict=True)
+    assert strict.items == 48 and strict.gold_missed == []
+    closes = {case for case, why in ACCEPTED_LENIENCIES[task].items() if "strict_answers closes it" in why}
+    assert closes and all(loose.accepted[case] for case in closes) and not any(strict.accepted[c] for c in closes)
