@@ -77,6 +77,7 @@ def doc_rows():
     return documented_rows()
 
 
+@pytest.mark.slow  # ~2 min over all tasks: marked so that make test hands this file out first
 @pytest.mark.parametrize("task", all_tasks())
 def test_every_tasks_scorer_gives_full_marks_to_the_gold_and_to_no_near_miss_but_the_documented(task, doc_rows):
     """Reasoning Gym's default config, the audit's items: the gold scores 1 on every item; the near misses that score
