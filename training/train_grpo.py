@@ -194,12 +194,33 @@ def launch(cfg: DictConfig) -> None:
         from verl.trainer.main_ppo import run_ppo
         from verl.utils.device import auto_set_device
 
+        from training.trainer.progress import PROGRESS_FILE, append_event
         from training.trainer.runner import ReasoningGymTaskRunner
 
         auto_set_device(cfg)
-        run_ppo(cfg, task_runner_class=AfterRayInit(ReasoningGymTaskRunner, on_ray_ready))
+        for attempt in range(1, RAY_START_TRIES + 1):
+            try:
+                run_ppo(cfg, task_runner_class=AfterRayInit(ReasoningGymTaskRunner, on_ray_ready))
+                break
+            except Exception as err:  # noqa: BLE001 - only Ray's start-up timeout is tried again, before Ray is up
+                if attempt == RAY_START_TRIES or not ray_did_not_start(err):
+                    raise
+                append_event(Path(str(cfg.env.logs_dir)) / PROGRESS_FILE, {"kind": "recovered", "text": (
+                    "Ray's node did not start: its raylet waits a fixed 15 s for its dashboard agent, which a busy "
+                    "machine can take longer to start (ray-project/ray#65983); starting Ray again")})
     if interrupted:  # a Ctrl-C that some library caught on its way up still ends the run as interrupted
         raise KeyboardInterrupt
+
+
+RAY_START_TRIES = 2
+
+
+def ray_did_not_start(err: BaseException) -> bool:
+    """True when `ray.init` gave up on the local node before Ray was up: Ray 2.60's raylet aborts when its dashboard
+    agent has not written its ports within 15 s (seen in CI on 2 busy cores: the agent was ready after 19 s)."""
+    import ray
+
+    return "The current node timed out during startup" in str(err) and not ray.is_initialized()
 
 
 @contextlib.contextmanager
