@@ -54,6 +54,7 @@ from training.launch.hardware import (  # noqa: E402
 from training.launch.memory import apply_gpu_memory  # noqa: E402
 from training.launch.resume import AlreadyFinished, check_resume  # noqa: E402
 from training.launch.startup import apply_startup_settings  # noqa: E402
+from training.update_skip import load_skip_engine, skip_line, skip_refusal  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):
@@ -145,6 +146,8 @@ def prepare(cfg: DictConfig, visible_gpus: int):
         print(f"[check] attention: {attention}, {layout} micro-batches (flash-attn is optional: make install-flash-attn)")
         if sampler := choose_vllm_sampler(cfg):
             print(f"[check] vLLM sampler: {sampler}")
+        if skip_refusal(cfg) is None:  # the CUDA engine with the skip, in every worker (the CPU backend's has it)
+            load_skip_engine(cfg)
     try:
         route_logs(cfg)
         apply_startup_settings(cfg)
@@ -160,7 +163,9 @@ def prepare(cfg: DictConfig, visible_gpus: int):
     check_prompts(cfg, tokenizer)
     print(f"[check] device: {device}; batch: {batch_plan(cfg).describe()}")
     print(f"[check] reward: {reward_line(cfg)}")
+    print(f"[check] {skip_line(cfg)}")
     return tokenizer
+
 
 
 def reward_line(cfg: DictConfig) -> str:

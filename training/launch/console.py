@@ -190,7 +190,7 @@ class ProgressPrinter(threading.Thread):
             self.write(f"[step {step}/{total}] reward {event.get('reward', float('nan')):.3f}  accuracy "
                        f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
-                       f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event))
+                       f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event) + skip_note(event))
             self.bar.update(step - self.bar.n)
             if "val_accuracy" in event:
                 self.show({**event, "kind": "validation"})
@@ -202,6 +202,18 @@ def truncation_note(event: dict) -> str:
         return ""
     tasks = ", ".join(f"{task} {share:.0%}" for task, share in (event.get("truncated_tasks") or {}).items())
     return f"  cut at max_response_length {event['truncated']:.0%}" + (f" ({tasks})" if tasks else "")
+
+
+def skip_note(event: dict) -> str:
+    """The step line's note when the update left zero-advantage sequences out (training/update_skip.py)."""
+    if event.get("optimizer_step_skipped", 0) >= 1:
+        return "  no optimizer step (every sequence had advantage 0)"
+    if not event.get("update_skipped"):
+        return ""
+    note = f"  update skipped {event['update_skipped']:.0%} (zero advantage)"
+    if event.get("optimizer_step_skipped"):
+        note += f", no optimizer step on {event['optimizer_step_skipped']:.0%} of mini-batches"
+    return note
 
 
 @contextmanager

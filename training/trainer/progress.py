@@ -32,6 +32,10 @@ STEP_KEYS = {  # console name -> verl / env metric
     "step_seconds": "timing_s/step",
     "tokens_per_second": "perf/throughput",
     "gen_seconds": "timing_s/gen",
+    # shares the actor's update left out (training/update_skip.py); 1.0: no optimizer step
+    "update_skipped": "actor/update_skipped/sequences",
+    "update_skipped_tokens": "actor/update_skipped/tokens",
+    "optimizer_step_skipped": "actor/update_skipped/optimizer_step",
 }
 TRUNCATED_PREFIX = "env/truncated/"  # env/truncated/<task>: share of the task's responses cut (training/trainer/metrics.py)
 VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")

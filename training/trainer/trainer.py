@@ -9,6 +9,7 @@ Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mo
   (training/trainer/generations.py, `env.dump`), before verl saves the checkpoint of that step;
 - under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`, which reads
   the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there);
+- `_update_actor` tells the actor's engine whether to leave out the zero-advantage sequences (training/update_skip.py);
 - `fit` hands verl the agent-loop manager wrapped in `OrderedSubmissions` and the replay buffer lists each sampled
   batch in submission order, not arrival order (training/trainer/seeding.py): a run of one seed repeats exactly.
 Everything else, hooks included, is verl's PPOTrainerSync.
@@ -48,6 +49,7 @@ from training.trainer.metrics import (
 from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event
 from training.trainer.rendezvous import choose_port_range, rendezvous_ports
 from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions, ordered_keys
+from training.update_skip import DATA_KEY, METRIC_PREFIX, skip_refusal
 
 TRAINER_NAME = "reasoning_gym"
 VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
@@ -134,6 +136,7 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         self._rollout_stats: dict = {}  # its counters when last read (rollout_server_metrics)
         self.dropped_read_failures = 0
         self.failed_samples_total = 0
+        self.skips_zero_advantage = skip_refusal(config) is None
         reliability = config.env.get("reliability") or {}
         self.max_failed_fraction = float(reliability.get("max_failed_fraction", 0.0))
         if type(self.replay_buffer) is ReplayBuffer:  # same object and state, methods added
@@ -276,6 +279,17 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
             metrics.update(self.env_feedback(batch))
             metrics.update(self.rollout_server_metrics())
         self.step_trained()
+        return batch
+
+    def _update_actor(self, batch, metrics: dict):
+        """verl's actor update, told whether to leave out the zero-advantage sequences. verl's MFU counts every
+        token of the batch; it is scaled to the tokens the update ran (the flops of a token roughly do not depend
+        on which sequences are left out)."""
+        batch.extra_info[DATA_KEY] = self.skips_zero_advantage
+        batch = super()._update_actor(batch, metrics)
+        skipped = metrics.get(f"actor/{METRIC_PREFIX}tokens")
+        if skipped is not None and "perf/mfu/actor" in metrics:
+            metrics["perf/mfu/actor"] *= 1 - float(skipped)
         return batch
 
     def env_feedback(self, batch) -> dict[str, float]:
