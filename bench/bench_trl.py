@@ -157,7 +157,10 @@ def ours_row(step: int, m: dict, arm: str = "ours") -> dict:
     return {"arm": arm, "step": step, "total": total, "generation": generation, "train": train,
             "other": total - generation - train, "phases": phases, "data": float(m.get("timing/data", 0.0)),
             "response_length": m.get("response_length/mean"), "reward": m.get("critic/score/mean"),
-            "rollout_probs_diff_mean": m.get("training/rollout_probs_diff_mean")}
+            "rollout_probs_diff_mean": m.get("training/rollout_probs_diff_mean"),
+            # shares of the update's sequences and tokens left out (zero advantage: training/update_skip.py)
+            "update_skipped": m.get("actor/update_skipped/sequences"),
+            "update_skipped_tokens": m.get("actor/update_skipped/tokens")}
 
 
 def run_logged(name: str, cmd: list[str], env: dict, log_path: Path) -> float:
@@ -227,11 +230,13 @@ def fmt(value: float | None, digits: int = 2) -> str:
 
 
 def step_table(rows: list[dict]) -> str:
-    lines = ["| arm | step | step s | generation | train/update | other | response tokens | reward |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arm | step | step s | generation | train/update | other | response tokens | reward | update skipped "
+             "(sequences / tokens) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        skipped = (f"{r['update_skipped']:.0%} / {r['update_skipped_tokens']:.0%}"
+                   if r.get("update_skipped") is not None else "-")
         lines.append(f"| {r['arm']} | {r['step']} | {r['total']:.2f} | {r['generation']:.2f} | {r['train']:.2f} | "
-                     f"{r['other']:.2f} | {fmt(r['response_length'], 1)} | {fmt(r['reward'], 3)} |")
+                     f"{r['other']:.2f} | {fmt(r['response_length'], 1)} | {fmt(r['reward'], 3)} | {skipped} |")
     return "\n".join(lines)
 
 

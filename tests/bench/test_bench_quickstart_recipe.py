@@ -43,11 +43,11 @@ def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
 
 
 def test_the_shipped_cpu_quickstart_is_the_recipe_that_helped_on_every_seed(bench):
-    """BENCHMARKS.md's every-seed sweep is of "cut32_16x4": the quickstart a user runs on a CPU must train that
+    """BENCHMARKS.md's every-seed sweep is of "skip32_16x4": the quickstart a user runs on a CPU must train that
     recipe, without validation (which does not change training: tests/training/test_train.py,
     test_one_seed_gives_one_run_resumed_or_not_validating_or_not)."""
     shipped = cpu_quickstart([])
-    assert_sets(shipped, bench.RECIPES["cut32_16x4"], "shipped")
+    assert_sets(shipped, bench.RECIPES["skip32_16x4"], "shipped")
     assert shipped.trainer.val_before_train is False and shipped.trainer.test_freq <= 0
 
 

@@ -340,10 +340,12 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
     fresh = {stage.id: stage.fresh for stage in gpu_path.build_stages() if stage.fresh}
     assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2",
                      "g1_speed_smollm2": "{out}/runs/speed-smollm2", "g2_speed_qwen15b": "{out}/runs/speed-qwen15b",
-                     "g3_speed_qwen05b": "{out}/runs/speed-qwen05b"}  # not resumes
+                     "g3_speed_qwen05b": "{out}/runs/speed-qwen05b", "g4_skip_qwen15b": "{out}/runs/skip-qwen15b",
+                     "g4_noskip_qwen15b": "{out}/runs/noskip-qwen15b"}  # not resumes
     assert ids == ["a_machine", "a_actor_bench", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
-                   "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "f_quickstart", "f_quickstart_seed1",
+                   "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "g4_skip_qwen15b", "g4_noskip_qwen15b",
+                   "f_quickstart", "f_quickstart_seed1",
                    "f_quickstart_seed2", "e_gpu_tests"]
 
 
@@ -366,6 +368,10 @@ def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages
         assert not actor.use_kl_loss and actor.optim.lr == 3e-5, stage_id
         assert actor.ppo_mini_batch_size == composed[stage_id].data.train_batch_size == 16, stage_id
     assert [composed[f"f_quickstart{tail}"].env.seed for tail in ("", "_seed1", "_seed2")] == [0, 1, 2]
+    from training.update_skip import skip_refusal  # the skip stages: the same run, the skip on and off
+
+    assert skip_refusal(composed["g4_skip_qwen15b"]) is None
+    assert skip_refusal(composed["g4_noskip_qwen15b"]) == "env.skip_zero_advantage=false"
 
 
 @pytest.mark.slow

@@ -15,75 +15,34 @@ import json
 import os
 import sys
 import tempfile
-from functools import partial
+from pathlib import Path
 
 os.environ.update(VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_MODULES="training.cpu_backend")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from bench.bench_update_skip import build_engine, ppo_loss_function, update_batch  # noqa: E402
+
 ROWS, MICRO = 12, 2
-FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
-
-
-def build_engine(model_dir: str):
-    from verl.trainer.config.config import CheckpointConfig
-    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
-    from verl.workers.engine.base import EngineRegistry
-
-    model = HFModelConfig(path=model_dir, override_config={"attn_implementation": "sdpa"})
-    model.model_type = "language_model"
-    engine = EngineRegistry.new(
-        model_type="language_model", backend="fsdp2", model_config=model,
-        engine_config=FSDPEngineConfig(strategy="fsdp2", mixed_precision=dict(FP32)),
-        # clipping off: the gradients compared are the loss's own
-        optimizer_config=FSDPOptimizerConfig(lr=3e-5, weight_decay=0.01, clip_grad=1e9, total_training_steps=10),
-        checkpoint_config=CheckpointConfig())
-    engine.initialize()
-    return engine
-
-
-def loss_function(loss_agg_mode: str):
-    from verl.workers.config import FSDPActorConfig
-    from verl.workers.utils.losses import ppo_loss
-
-    config = FSDPActorConfig(strategy="fsdp2", ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=MICRO,
-                             loss_agg_mode=loss_agg_mode, use_kl_loss=False, entropy_coeff=0.0,
-                             loss_scale_factor=24 if loss_agg_mode == "seq-mean-token-sum-norm" else None,
-                             use_dynamic_bsz=False, rollout_n=1)
-    return partial(ppo_loss, config=config)
 
 
 def batch(vocab_size: int, moving: set[int], skip: bool):
-    from verl.utils import tensordict_utils as tu
-
+    """12 rows of random prompts (5-29 tokens) and responses (1-23), advantage N(0, 1) on the moving rows."""
     generator = torch.Generator().manual_seed(0)
     prompt_lengths = [int(n) for n in torch.randint(5, 30, (ROWS,), generator=generator)]
     response_lengths = [int(n) for n in torch.randint(1, 24, (ROWS,), generator=generator)]
     prompts = [torch.randint(1, vocab_size, (n,), generator=generator) for n in prompt_lengths]
-    responses = [torch.randint(1, vocab_size, (n,), generator=generator) for n in response_lengths]
-    sequences = [torch.cat(pair) for pair in zip(prompts, responses)]
     advantages = [torch.randn(n, generator=generator) if row in moving else torch.zeros(n)
                   for row, n in enumerate(response_lengths)]
-    # old log-probs away from the current ones, so that ratios differ from 1 and some are clipped
-    old_log_probs = [-torch.rand(n, generator=generator) * 8 for n in response_lengths]
-
-    def nested(tensors):
-        return torch.nested.as_nested_tensor(tensors, layout=torch.jagged)
-
-    masks = [torch.ones(n, dtype=torch.int64) for n in response_lengths]
-    return tu.get_tensordict(
-        {"input_ids": nested(sequences), "position_ids": nested([torch.arange(len(s)) for s in sequences]),
-         "prompts": nested(prompts), "responses": nested(responses), "response_mask": nested(masks),
-         "loss_mask": nested(masks), "advantages": nested(advantages), "old_log_probs": nested(old_log_probs)},
-        non_tensor_dict={"skip_zero_advantage": skip, "calculate_entropy": False, "global_batch_size": ROWS,
-                         "temperature": 1.0, "use_remove_padding": False, "use_dynamic_bsz": False,
-                         "micro_batch_size_per_gpu": MICRO, "use_fused_kernels": False, "pad_token_id": 0})
+    return update_batch(prompts, response_lengths, advantages, MICRO, skip, vocab_size)
 
 
 def update(model_dir: str, loss_agg_mode: str, moving: set[int], skip: bool) -> dict:
     """Weights before and after one update, its gradients and its metrics."""
-    engine = build_engine(model_dir)
+    engine = build_engine(model_dir, lr=3e-5, clip_grad=1e9)  # the quickstart's step size; clipping off
     params = dict(engine.module.named_parameters())
     before = {name: p.detach().clone() for name, p in params.items()}
     grads = {name: torch.zeros_like(p) for name, p in params.items()}  # as the optimizer got them (none: zeros)
@@ -95,7 +54,8 @@ def update(model_dir: str, loss_agg_mode: str, moving: set[int], skip: bool) -> 
 
     engine.optimizer_step = optimizer_step
     with engine.train_mode():
-        output = engine.train_batch(batch(engine.module.config.vocab_size, moving, skip), loss_function(loss_agg_mode))
+        loss = ppo_loss_function(loss_agg_mode, ROWS, MICRO, 24 if loss_agg_mode == "seq-mean-token-sum-norm" else None)
+        output = engine.train_batch(batch(engine.module.config.vocab_size, moving, skip), loss)
     after = {name: p.detach().clone() for name, p in params.items()}
     return {"before": before, "after": after, "grads": grads, "metrics": output["metrics"]}
 

@@ -22,6 +22,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS, SAMPLES = 2, 4
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+NOISY = [f"reward.custom_reward_function.path={REPO / 'tests' / 'noisy_reward.py'}",
+         "reward.custom_reward_function.name=compute_score"]
 
 
 def train(tiny_run: list[str], run_dir: Path, device: str, steps: int, *overrides: str,
@@ -82,12 +84,14 @@ def dumped_prompts(run_dir: Path, step: int) -> list[str]:
 
 @pytest.fixture(scope="module", params=DEVICES)
 def trained(request, tmp_path_factory, tiny_run):
-    """Two steps and a checkpoint, then a resumed process for step 3. Returns (run_dir, outputs)."""
+    """Two steps and a checkpoint, then a resumed process for step 3. Returns (run_dir, outputs). The untrained
+    tiny model never answers right: a 0/1 bonus on the score (tests/noisy_reward.py) makes its groups differ, so
+    that the quickstart's update (which leaves out zero-advantage groups) has something to train on."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     run_dir = tmp_path_factory.mktemp(f"train_{request.param}")
-    first = train(tiny_run, run_dir, request.param, 2)
-    resumed = train(tiny_run, run_dir, request.param, 3, "trainer.save_freq=3")
+    first = train(tiny_run, run_dir, request.param, 2, *NOISY)
+    resumed = train(tiny_run, run_dir, request.param, 3, "trainer.save_freq=3", *NOISY)
     return run_dir, first, resumed
 
 
@@ -152,7 +156,7 @@ def test_one_seed_gives_one_run_resumed_or_not_validating_or_not(trained, tiny_r
     if "cuda" in run_dir.name:
         pytest.skip("a GPU run repeats its seeds but not its batches' numbers (docs/reproducibility.md)")
     output = train(tiny_run, tmp_path, "cpu", 3, "trainer.save_freq=3", "trainer.val_before_train=true",
-                   "trainer.test_freq=2")
+                   "trainer.test_freq=2", *NOISY)
     assert "[val] before training" in output and "[val] at step 2" in output, output[-3000:]
     for step in (1, 2, 3):
         expected = reproducible(step_metrics(run_logs(run_dir), step))
@@ -205,7 +209,7 @@ def test_a_checkpoint_missing_a_shard_is_refused_before_ray_with_a_command_that_
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    cmd = ["training/train_grpo.py", "--config-name", "quickstart", *tiny_run, f"trainer.device={device}",
+    cmd = ["training/train_grpo.py", "--config-name", "quickstart", *tiny_run, *NOISY, f"trainer.device={device}",
            "trainer.total_training_steps=4", f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={tmp_path / 'hydra'}"]
     refused = subprocess.run([sys.executable, *cmd], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     output = refused.stdout + refused.stderr
@@ -227,8 +231,9 @@ EVAL = ["--eval-config", "configs/eval/smoke.yaml", "--eval-backend", "hf", "--e
 def pipeline(run_dir: Path, tiny_run: list[str], model: Path, device: str, *extra: str) -> str:
     """`python -m training.pipeline` on the fixture's config (3 steps, as trained); returns its console (exit 0)."""
     cmd = [sys.executable, "-m", "training.pipeline", "--config-name", "quickstart", "--run-dir", str(run_dir), *EVAL,
-           *extra, *tiny_run, "trainer.total_training_steps=3", "trainer.save_freq=3", f"trainer.device={device}",
-           f"actor_rollout_ref.model.path={model}"]  # the fixture's model, which the moved cache below would rebuild
+           *extra, *tiny_run, *NOISY, "trainer.total_training_steps=3", "trainer.save_freq=3",
+           # the fixture's model, which the moved cache below would rebuild
+           f"trainer.device={device}", f"actor_rollout_ref.model.path={model}"]
     # the evaluation cache (base results) in the test's own folder
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RG_GRPO_CACHE=str(run_dir.parent / "cache"))
     if device == "cpu":
@@ -312,8 +317,9 @@ def test_dynamic_sampling_on_the_curriculum_config(device, tmp_path, tiny_run):
 def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
     """Two training ranks on the CPU backend: FSDP2 shards over gloo, one rollout replica per rank. (`extended`:
     test_multinode.py's run checks the same two ranks over gloo, bypass off, across two nodes.)"""
-    # bypass off: the old log-probs are recomputed by the sharded actor and compared with the rollout's
-    train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+    # bypass off: the old log-probs are recomputed by the sharded actor and compared with the rollout's; the noisy
+    # reward gives the ranks different numbers of moving rows, which the update's skip evens out (same micro-batches)
+    train(tiny_run, tmp_path, "cpu", 1, "trainer.n_gpus_per_node=2", "trainer.save_freq=1", *NOISY,
           "algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
           "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4")

@@ -192,3 +192,19 @@ def test_the_step_bar_is_drawn_on_a_terminal_and_left_out_of_a_redirected_log(tm
     lines = screen_lines(text)
     assert lines[0].startswith("[step 1/2] reward 0.500") and lines[1].startswith("[step 2/2]"), lines
     assert ("steps:" in text) is draws_bar and ("\r" in text) is draws_bar, text
+
+
+def test_the_step_line_says_what_the_update_left_out_and_a_step_it_did_not_take():
+    """training/update_skip.py's metrics on the step line: the share left out, or no optimizer step at all."""
+    from training.launch.console import skip_note
+    from training.trainer.progress import progress_event
+
+    def note(sequences, optimizer_step):
+        return skip_note(progress_event({"timing_s/step": 2.0, "actor/update_skipped/sequences": sequences,
+                                         "actor/update_skipped/tokens": sequences,
+                                         "actor/update_skipped/optimizer_step": optimizer_step}, step=1, total=2))
+
+    assert note(0.625, 0.0) == "  update skipped 62% (zero advantage)"
+    assert note(1.0, 1.0) == "  no optimizer step (every sequence had advantage 0)"
+    assert note(0.75, 0.5) == "  update skipped 75% (zero advantage), no optimizer step on 50% of mini-batches"
+    assert note(0.0, 0.0) == "" and skip_note(progress_event({"timing_s/step": 2.0}, step=1, total=2)) == ""
