@@ -86,6 +86,17 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, small, capsys):
     assert out.count("\n--- ") == 3
     for task in ("chain_sum", "basic_arithmetic"):  # envs.audit on each task of the mix, 8 items each
         assert f"[preflight] scorer audit: {task}: Reasoning Gym's scorer; gold 1 on 8/8; near misses: none" in out
+    assert "[check] update: leaves out sequences whose advantage is 0" in out  # no KL loss, no entropy bonus
+
+
+def test_a_launch_with_the_kl_loss_says_in_one_line_why_its_update_runs_every_sequence(tiny_model_dir, small,
+                                                                                       capsys):
+    from training.train_grpo import prepare  # the launch's checks, which print the [check] lines
+
+    prepare(compose_config("quickstart", small + ["actor_rollout_ref.actor.use_kl_loss=true"]), visible_gpus=0)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[check] update:")]
+    assert lines == ["[check] update: runs every sequence: actor_rollout_ref.actor.use_kl_loss=true gives every token "
+                     "a KL gradient, whatever its advantage (use_kl_loss=false to skip them)"]
 
 
 def readme_example_mix(tmp_path) -> Path:
