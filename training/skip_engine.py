@@ -41,11 +41,20 @@ def moving_rows(data) -> torch.Tensor:
     return ((advantages != 0) & mask.bool()).any(dim=-1)
 
 
+def all_reduced(values: list[float], op, group) -> list[float]:
+    """`values` reduced over `group`, on the device its collectives run on (verl's groups are NCCL on CUDA)."""
+    from verl.utils.device import get_device_id
+
+    tensor = torch.tensor(values, dtype=torch.float64, device=get_device_id())
+    torch.distributed.all_reduce(tensor, op=op, group=group)
+    return tensor.cpu().tolist()
+
+
 def rows_to_run(moving: torch.Tensor, lengths: torch.Tensor, unit: int, group) -> torch.Tensor:
-    """Indices (in order) of the rows to run: the moving ones, topped up with the shortest others to the same
-    multiple of `unit` rows on every rank of `group`; empty on every rank when no rank has a moving row."""
-    wanted = torch.tensor([math.ceil(int(moving.sum()) / unit)], dtype=torch.int64)
-    torch.distributed.all_reduce(wanted, op=torch.distributed.ReduceOp.MAX, group=group)
+    """Indices (in order, on the CPU) of the rows to run: the moving ones, topped up with the shortest others to the
+    same multiple of `unit` rows on every rank of `group`; empty on every rank when no rank has a moving row."""
+    moving, lengths = moving.cpu(), lengths.cpu()
+    wanted = all_reduced([math.ceil(int(moving.sum()) / unit)], torch.distributed.ReduceOp.MAX, group)[0]
     count = min(int(wanted) * unit, len(moving))
     still = torch.nonzero(~moving).flatten()
     top_up = still[torch.argsort(lengths[still], stable=True)][:count - int(moving.sum())]
@@ -92,10 +101,9 @@ class ZeroAdvantageSkipMixin:
             tu.get_non_tensor_data(data=data, key="force_group_size", default=1))
         keep = rows_to_run(moving_rows(data), lengths, unit, group)
         # verl's normaliser and the counts reported, over the whole mini-batch of every rank
-        counts = torch.tensor([float(data["loss_mask"].sum()), len(lengths), float(lengths.sum()),
-                               len(keep), float(lengths[keep].sum())], dtype=torch.float64)
-        torch.distributed.all_reduce(counts, op=torch.distributed.ReduceOp.SUM, group=group)
-        batch_num_tokens, rows, tokens, kept_rows, kept_tokens = counts.tolist()
+        batch_num_tokens, rows, tokens, kept_rows, kept_tokens = all_reduced(
+            [float(data["loss_mask"].sum()), len(lengths), float(lengths.sum()), len(keep),
+             float(lengths.cpu()[keep].sum())], torch.distributed.ReduceOp.SUM, group)
         self._nothing_to_update = kept_rows == 0
         if self._nothing_to_update:
             output = postprocess_batch_func(output_lst=[], indices=None, data=data)
