@@ -29,7 +29,10 @@ def train(tiny_run: list[str], run_dir: Path, steps: int, save_freq: int, name: 
     """One train_grpo.py process with verl's vLLM rollout; returns (its output, its metrics per step) (exit 0)."""
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
            "actor_rollout_ref.rollout.name=vllm", "algorithm.rollout_correction.bypass_mode=false",
-           "actor_rollout_ref.actor.optim.lr=1e-3", f"trainer.total_training_steps={steps}",
+           # every step moves the weights, whatever the tiny model's rewards: an entropy bonus has a gradient on every
+           # token (without one the update skips zero-advantage groups, training/update_skip.py)
+           "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.entropy_coeff=0.001",
+           f"trainer.total_training_steps={steps}",
            f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={run_dir / 'ckpt'}",
            f"hydra.run.dir={run_dir / name}", "trainer.logger=[console,file]"]
     metrics = run_dir / f"{name}.jsonl"
