@@ -83,7 +83,20 @@ def test_registered_in_verls_registry():
     assert issubclass(ReasoningGymTrainer, PPOTrainerSync)
     own = {name for name in vars(ReasoningGymTrainer) if not name.startswith("__")}
     private_overrides = {n for n in own if n.startswith("_") and callable(getattr(PPOTrainer, n, None))}
-    assert private_overrides == {"_init_dataloader"}
+    assert private_overrides == {"_init_dataloader", "_update_actor"}
+
+
+def test_contract_update_actor_hands_the_batch_extra_info_to_the_actor():
+    """Our `_update_actor` adds the skip's decision to `batch.extra_info` and calls verl's (training/update_skip.py):
+    verl's v1 trainer updates that dict with its own keys and hands the batch to the actor's workers, where
+    TransferQueue turns extra_info into the update batch's non-tensor keys."""
+    from verl.utils import transferqueue_utils
+
+    source = inspect.getsource(PPOTrainer._update_actor)
+    assert list(inspect.signature(PPOTrainer._update_actor).parameters) == ["self", "batch", "metrics"]
+    assert "batch.extra_info.update(extra_info)" in source
+    assert source.index("batch.extra_info.update") < source.index("self.actor_rollout_wg.update_actor(batch)")
+    assert "meta_info = copy.deepcopy(meta.extra_info)" in inspect.getsource(transferqueue_utils._async_meta_to_realdata)
 
 
 # ----- the real trainer on CPU -----
