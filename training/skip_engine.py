@@ -10,25 +10,12 @@ import math
 
 import torch
 
-from training.update_skip import DATA_KEY, METRIC_PREFIX
+from training.update_skip import DATA_KEY, METRIC_PREFIX, loss_refusal
 
 
 def _loss_config(loss_function):
     """The ActorConfig verl binds into its loss (`partial(ppo_loss, config=actor_config)`), or None."""
     return getattr(loss_function, "keywords", {}).get("config")
-
-
-def exactness_problem(loss_config) -> str | None:
-    """What in the loss's own config would give a zero-advantage token a gradient (None: nothing)."""
-    if loss_config is None:
-        return "the loss has no ActorConfig to check"
-    if loss_config.use_kl_loss or float(loss_config.entropy_coeff or 0) != 0:
-        return f"use_kl_loss={loss_config.use_kl_loss}, entropy_coeff={loss_config.entropy_coeff}"
-    if loss_config.policy_loss.get("loss_mode", "vanilla") != "vanilla":
-        return f"policy_loss.loss_mode={loss_config.policy_loss.loss_mode}"
-    if loss_config.loss_agg_mode == "seq-mean-token-sum-norm" and loss_config.loss_scale_factor is None:
-        return "seq-mean-token-sum-norm without loss_scale_factor"
-    return None
 
 
 def moving_rows(data) -> torch.Tensor:
@@ -91,11 +78,12 @@ class ZeroAdvantageSkipMixin:
 
         if forward_only or not tu.get_non_tensor_data(data=data, key=DATA_KEY, default=False):
             return super().forward_backward_batch(data, loss_function, forward_only=forward_only)
-        if problem := exactness_problem(_loss_config(loss_function)):
+        loss_config = _loss_config(loss_function)
+        if problem := ("the loss has no ActorConfig to check" if loss_config is None else loss_refusal(loss_config)):
             raise RuntimeError(f"{DATA_KEY} was asked for a loss that gives zero-advantage tokens a gradient "
                                f"({problem}); training/update_skip.py skip_refusal should have refused it")
         group = self.get_data_parallel_group()
-        lengths = data["input_ids"].offsets().diff()
+        lengths = data["input_ids"].offsets().diff().cpu()
         dynamic = tu.get_non_tensor_data(data=data, key="use_dynamic_bsz", default=True)
         unit = 1 if dynamic else int(data["micro_batch_size_per_gpu"]) * int(
             tu.get_non_tensor_data(data=data, key="force_group_size", default=1))
@@ -103,7 +91,7 @@ class ZeroAdvantageSkipMixin:
         # verl's normaliser and the counts reported, over the whole mini-batch of every rank
         batch_num_tokens, rows, tokens, kept_rows, kept_tokens = all_reduced(
             [float(data["loss_mask"].sum()), len(lengths), float(lengths.sum()), len(keep),
-             float(lengths.cpu()[keep].sum())], torch.distributed.ReduceOp.SUM, group)
+             float(lengths[keep].sum())], torch.distributed.ReduceOp.SUM, group)
         self._nothing_to_update = kept_rows == 0
         if self._nothing_to_update:
             output = postprocess_batch_func(output_lst=[], indices=None, data=data)

@@ -31,19 +31,16 @@ CONFIG_KEY = "env.skip_zero_advantage"
 METRIC_PREFIX = "update_skipped/"  # verl's trainer prefixes the actor's metrics with "actor/"
 
 
-def skip_refusal(cfg) -> str | None:
-    """Why this run's update cannot leave zero-advantage sequences out exactly (None: it can, and does).
-
-    Exact means their tokens' gradient is exactly 0 and no normaliser depends on which rows a micro-batch holds."""
-    actor = cfg.actor_rollout_ref.actor
-    if not cfg.env.get("skip_zero_advantage", True):
-        return f"{CONFIG_KEY}=false"
+def loss_refusal(actor) -> str | None:
+    """What in the actor's loss settings gives a zero-advantage token a gradient, or a normaliser that depends on a
+    micro-batch's rows (None: nothing). `actor` is the config's actor_rollout_ref.actor or the ActorConfig verl binds
+    into its loss (both answer `.get`): the launch refuses with it, and the engine checks again before it skips."""
     if actor.get("use_kl_loss", False):
         return ("actor_rollout_ref.actor.use_kl_loss=true gives every token a KL gradient, whatever its advantage "
                 "(use_kl_loss=false to skip them)")
     if float(actor.get("entropy_coeff", 0) or 0) != 0:
-        return (f"actor_rollout_ref.actor.entropy_coeff={actor.entropy_coeff} gives every token an entropy gradient, "
-                f"whatever its advantage (entropy_coeff=0 to skip them)")
+        return (f"actor_rollout_ref.actor.entropy_coeff={actor.get('entropy_coeff')} gives every token an entropy "
+                f"gradient, whatever its advantage (entropy_coeff=0 to skip them)")
     loss_mode = (actor.get("policy_loss") or {}).get("loss_mode", "vanilla")
     if loss_mode != "vanilla":
         return f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: exactness is shown for vanilla only"
@@ -51,6 +48,18 @@ def skip_refusal(cfg) -> str | None:
         return ("loss_agg_mode=seq-mean-token-sum-norm without actor_rollout_ref.actor.loss_scale_factor divides by "
                 "each micro-batch's padded width, which depends on its rows (set loss_scale_factor, e.g. "
                 "${data.max_response_length})")
+    return None
+
+
+def skip_refusal(cfg) -> str | None:
+    """Why this run's update cannot leave zero-advantage sequences out exactly (None: it can, and does).
+
+    Exact means their tokens' gradient is exactly 0 and no normaliser depends on which rows a micro-batch holds."""
+    actor = cfg.actor_rollout_ref.actor
+    if not cfg.env.get("skip_zero_advantage", True):
+        return f"{CONFIG_KEY}=false"
+    if refusal := loss_refusal(actor):
+        return refusal
     if str(actor.get("strategy", "fsdp")) not in ("fsdp", "fsdp2"):
         return f"actor_rollout_ref.actor.strategy={actor.strategy}: the skip is in the FSDP engine only"
     if (cfg.get("distillation") or {}).get("enabled", False):
