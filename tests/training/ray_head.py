@@ -99,7 +99,8 @@ class RayHead:
         generated = self.ray("get-auth-token", "--generate")
         assert generated.returncode == 0 and self.token_file.is_file(), generated.stdout + generated.stderr
         self.ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS))))
-        extra = [f"--temp-dir={self.root / 't'}", f"--num-cpus={self.cpus}", "--dashboard-host=127.0.0.1",
+        extra = [f"--temp-dir={self.root / 't'}", f"--num-cpus={self.cpus}", "--num-gpus=1",  # the CPU backend's slot
+                 "--dashboard-host=127.0.0.1",
                  *(f"{flag}={port}" for flag, port in self.ports.items() if flag not in ("--port", "--dashboard-port"))]
         with open(self.root / "head.log", "w") as log:
             self.block = subprocess.Popen(["bash", str(script), "head", "127.0.0.1", *extra], env=self.script_env(),
@@ -118,10 +119,9 @@ class RayHead:
             f"the head did not start: {(self.root / 'head.log').read_text()[-3000:]}")
 
     def script_env(self, base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-        """`base` (else `env()`) with what the SLURM script reads: the project, this head's two ports, one GPU slot
-        (the CPU backend's), and `extra`."""
+        """`base` (else `env()`) with what the SLURM script reads: the project, this head's two ports, and `extra`."""
         return {**(base or self.env()), "RG_GRPO": str(REPO), "RAY": RAY, "RAY_PORT": str(self.ports["--port"]),
-                "DASHBOARD_PORT": str(self.ports["--dashboard-port"]), "GPUS_PER_NODE": "1", **extra}
+                "DASHBOARD_PORT": str(self.ports["--dashboard-port"]), **extra}
 
     def processes(self) -> list[psutil.Process]:
         """This head's processes: those naming its temp dir or its GCS address, and every descendant of them."""

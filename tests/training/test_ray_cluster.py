@@ -1,8 +1,9 @@
 """Joining a Ray cluster as a user starts one: a head from `ray start --head`, token authentication on as Ray turns it on
 (tests/training/ray_head.py), one head for the module, started by the SLURM script's own head line
 (docs/examples/slurm_multinode.sh). A driver with the token trains; drivers without it, or with another, get one line
-before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job; the script's `submit` starts a job
-that `ray job stop` ends mid-run (once its training rank is up), leaving no actor or process of the run. Every process
+before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job, and a job of the same line that
+`ray job stop` ends mid-run (once its training rank is up) leaves no actor or process of the run. The script as SLURM
+runs it: tests/training/test_slurm.py. Every process
 this module starts is stopped by pid (never `ray stop`, which would stop every Ray on the machine)."""
 
 import json
@@ -33,7 +34,7 @@ def test_the_slurm_script_parses_and_runs_its_steps_only_when_executed():
     sourced = subprocess.run(["bash", "-c", f"source {SCRIPT} && declare -F"], capture_output=True, text=True,
                              env=plain_env(RG_GRPO=str(REPO)), timeout=30)
     assert sourced.returncode == 0 and sourced.stderr == "", sourced.stderr
-    for step in ("share_token", "start_head", "join_head", "wait_for_nodes", "submit", "main"):
+    for step in ("share_token", "gpus_per_node", "one_gpu_mask", "start_head", "join_head", "wait_for_nodes", "main"):
         assert f"declare -f {step}" in sourced.stdout
 
 
@@ -137,33 +138,37 @@ def submit_until_an_agent_answers(command: list[str], env: dict[str, str]) -> su
         time.sleep(5)
 
 
+def documented_command(head: RayHead, run_args: list[str], *options: str) -> list[str]:
+    """docs/faults.md's `ray job submit` line for this head and a quickstart run with `run_args`, `options` after
+    `ray job submit` (a submission id)."""
+    line = documented_submit()
+    prefix = 'ray job submit --address=http://HEAD_IP:8265 -- bash -c "cd /path/to/rg-grpo && .venv/bin/python '
+    assert line.startswith(prefix) and line.endswith('"'), line
+    line = (line.replace("HEAD_IP:8265", f"127.0.0.1:{head.ports['--dashboard-port']}")
+            .replace("/path/to/rg-grpo", shlex.quote(str(REPO))))
+    line = line[:line.index("training/train_grpo.py")] + "training/train_grpo.py --config-name quickstart " + \
+        shlex.join(run_args) + '"'
+    return [RAY, "job", "submit", *options, *shlex.split(line)[3:]]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(head, tiny_run, tmp_path):
     token = head.token_file.read_text().strip()
     shell = plain_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)  # the docs' `export RAY_AUTH_MODE=token ...`
-    line = documented_submit()
-    prefix = 'ray job submit --address=http://HEAD_IP:8265 -- bash -c "cd /path/to/rg-grpo && .venv/bin/python '
-    assert line.startswith(prefix) and line.endswith('"'), line
-    train_args = "training/train_grpo.py --config-name quickstart " + shlex.join(run_args(tiny_run, tmp_path / "job",
-                                                                                          2))
-    line = (line.replace("HEAD_IP:8265", f"127.0.0.1:{head.ports['--dashboard-port']}")
-            .replace("/path/to/rg-grpo", shlex.quote(str(REPO))))
-    line = line[:line.index("training/train_grpo.py")] + train_args + '"'
-    done = submit_until_an_agent_answers([RAY, *shlex.split(line)[1:]], shell)
+    done = submit_until_an_agent_answers(documented_command(head, run_args(tiny_run, tmp_path / "job", 2)), shell)
     output = done.stdout + done.stderr
     assert done.returncode == 0 and re.search(r"Job '\w+' succeeded", output), output[-6000:]
     assert step_metrics(run_logs(tmp_path / "job"), 2)["env/samples"] == PROMPTS * SAMPLES
     wait_until(lambda: not alive_actors(head), 60, "no actor alive after the job")
 
-    # the SLURM script's `submit`, of a long run, stopped by `ray job stop` once it trains
+    # the same line, of a long run, stopped by `ray job stop` once it trains
     stopped, run_dir = "stopped-job", tmp_path / "stopped"
     log = tmp_path / "submit.log"
-    env = head.script_env(CONFIG="quickstart", SUBMISSION_ID=stopped)
     with open(log, "w") as out:
-        submit = subprocess.Popen(["bash", "-c", f"source {SCRIPT} && share_token && submit 127.0.0.1 "
-                                   + shlex.join(run_args(tiny_run, run_dir, 500))],
-                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        submit = subprocess.Popen(documented_command(head, run_args(tiny_run, run_dir, 500),
+                                                     f"--submission-id={stopped}"),
+                                  env=shell, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         # stopped as soon as the run's training rank is up (its rollout server, agent loop and reward workers
         # starting or started): mid-run, a training start cheaper than waiting for a step
@@ -184,5 +189,5 @@ def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(he
     except AssertionError:
         raise AssertionError(f"left after `ray job stop`: actors {alive_actors(head)}, processes "
                              f"{run_processes(head, str(run_dir))}") from None
-    # the script's lines ran the training as a job, and its driver ended as on SIGTERM (the resume command)
+    # the job's driver ended as on SIGTERM (the resume command), and the follower printed it
     assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in log.read_text(), log.read_text()[-3000:]
