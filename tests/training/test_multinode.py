@@ -2,7 +2,10 @@
 logical GPU slot), joined through RAY_ADDRESS: `trainer.nnodes=2` trains through the CPU backend (one FSDP2 rank per
 node over gloo), saves, resumes in a new driver and exports, as a user of a real multi-node cluster would. Bypass mode is
 off (a GPU run's setting): the two ranks recompute the old log-probs, compared with the rollout's (the guard of
-test_train.py's two-rank run on one node, extended)."""
+test_train.py's two-rank run on one node, extended).
+
+`extended`: CI trains the same two-rank run across two nodes through SLURM, checkpoint, resume and export included
+(tests/training/test_slurm.py); this one is for a machine without SLURM (`make test-extended`)."""
 
 import os
 import subprocess
@@ -21,6 +24,7 @@ TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", "algorithm.rollout
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(1800)
 def test_two_node_cluster_trains_saves_resumes_and_exports(tmp_path, tiny_run, monkeypatch):
     from ray.cluster_utils import Cluster

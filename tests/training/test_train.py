@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
+
+from tests.training.grpo_by_hand import group_advantages, on_policy_loss
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS, SAMPLES = 2, 4
@@ -97,7 +100,7 @@ def trained(request, tmp_path_factory, tiny_run):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_tokenizer):
+def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_tokenizer, tiny_run):
     run_dir, first, resumed = trained
     device = "cpu" if "cpu" in run_dir.name else "cuda"
     ckpt = run_dir / "ckpt"
@@ -121,11 +124,35 @@ def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_t
         assert metrics["timing/reward_max"] >= metrics["timing/reward_mean"] > 0
         assert metrics["actor/grad_norm"] > 0
     assert "step:1 - " not in resumed  # the new process started from the checkpoint, not from scratch
+    if device == "cpu":  # the quickstart's loss (test_shipped_configs.py holds every other config's step so)
+        from training.launch.config import compose_config
+
+        check_policy_loss(compose_config("quickstart", [*tiny_run, *NOISY]), step_rows(run_dir, 1),
+                          step_metrics(run_logs(run_dir), 1))
     # the report printed after training covers the steps of both processes (steps.jsonl is appended on resume)
     assert "- training steps: 3 (1-3)" in (ckpt / "report.md").read_text() and "[report] table:" in resumed
     assert (ckpt / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for step in (1, 2, 3):
         assert dumped_prompts(run_dir, step) == sorted(expected_prompts(tiny_tokenizer, (step - 1) * PROMPTS, PROMPTS))
+
+
+def step_rows(run_dir: Path, step: int) -> list[dict]:
+    """The step's dumped responses (every group: env.dump.groups_per_step, 4 unless set, is at least the batch's 2)."""
+    rows = [json.loads(line) for line in (run_dir / "ckpt/generations/train" / f"{step}.jsonl").read_text().splitlines()]
+    assert len(rows) == PROMPTS * SAMPLES
+    return rows
+
+
+def check_policy_loss(cfg, rows: list[dict], metrics: dict) -> None:
+    """actor/pg_loss of the step's one update (pi = pi_old: the CPU rollout's log-probs are the old ones) equals the
+    hand computation from the dumped scores and lengths with the config's advantage and aggregation settings."""
+    actor = cfg.actor_rollout_ref.actor
+    groups, scores, lengths = ([row[k] for row in rows] for k in ("group", "score", "response_length"))
+    advantages = group_advantages(groups, scores, bool(cfg.algorithm.norm_adv_by_std_in_grpo))
+    scale = OmegaConf.select(cfg, "actor_rollout_ref.actor.loss_scale_factor")
+    expected = on_policy_loss(advantages, lengths, actor.loss_agg_mode, scale)
+    assert metrics["actor/pg_loss"] == pytest.approx(expected, abs=2e-3), (groups, scores, lengths)
+    print(f"pg_loss {metrics['actor/pg_loss']:.5f} = {expected:.5f} by hand ({actor.loss_agg_mode}); lengths {lengths}")
 
 
 def rollout_rows(run_dir: Path, step: int) -> list[dict]:
