@@ -29,9 +29,14 @@ KILL_WAIT = 30  # seconds between a cancelled job's SIGTERM and its SIGKILL (SLU
 MARKER = "RG_TEST_SLURM_ROOT"  # in every daemon's environment, so inherited by each slurmstepd
 
 
+def find(name: str) -> str | None:
+    """A SLURM or munge program on PATH or in the sbin folders Debian puts the daemons in (not on every PATH)."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
 def unavailable() -> str | None:
     """Why a SLURM cluster cannot start here, or None."""
-    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    missing = [name for name in DAEMONS if find(name) is None]
     if missing:
         return f"SLURM is not installed ({', '.join(missing)} not found): `make install-slurm` installs Debian's " \
                "slurm-wlm and munge (root and apt-get)"
@@ -87,13 +92,13 @@ class SlurmCluster:
                                         self.cpus))
         (self.root / "gres.conf").write_text("AutoDetect=off\nName=gpu File=/dev/null\n")
         munge = self.root / "munge"
-        self.spawn("munged", ["munged", "-F", "-f", f"--socket={munge}/munge.sock", f"--key-file={key}",
+        self.spawn("munged", [find("munged"), "-F", "-f", f"--socket={munge}/munge.sock", f"--key-file={key}",
                               f"--log-file={self.root}/log/munged.log", f"--pid-file={munge}/munged.pid",
                               f"--seed-file={munge}/seed"])
         wait_until(lambda: (munge / "munge.sock").exists(), 30, "munged's socket")
-        self.spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+        self.spawn("slurmctld", [find("slurmctld"), "-D", "-f", str(self.conf)])
         for node in self.nodes:
-            self.spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
+            self.spawn(f"slurmd-{node}", [find("slurmd"), "-D", "-N", node, "-f", str(self.conf)])
         wait_until(self.idle, 60, f"{len(self.nodes)} idle node(s) (logs: {self.root / 'log'})")
 
     def spawn(self, name: str, command: list[str]) -> None:
