@@ -114,15 +114,20 @@ class EvalConfig:
     # `decoding:` [] (default): one evaluation with `sampling` into OUTPUT. Else one per mode, in OUTPUT/<mode>:
     # "greedy" (T=0, one sample, pass@1) and/or "sampled" (`sampling` as given)
     modes: list[str] = field(default_factory=list)
+    # `suite.items`: "evaluation" (default): the project's evaluation split, disjoint from training; "published":
+    # Reasoning Gym's own dataset at each task's seed, item i = create_dataset(task, seed, size)[i], the items of
+    # Reasoning Gym's published evaluations (configs/eval/rg_zero_shot_*.yaml), whichever split owns their questions
+    items: str = "evaluation"
 
 
 MODES = ("greedy", "sampled")
+ITEMS = ("evaluation", "published")
 
 
 
 TOP_KEYS = {"model", "sampling", "prompt", "suite", "pass_k", "output_dir", "score_timeout_s", "bootstrap_samples",
             "reward", "decoding"}
-SUITE_KEYS = {"size", "seed", "categories", "composites"}
+SUITE_KEYS = {"size", "seed", "categories", "composites", "items"}
 TASK_KEYS = {"task", "size", "seed", "config"}
 
 
@@ -181,7 +186,8 @@ def _parse_task(key: str, raw: Any, defaults: dict, where: str, source: str) -> 
                 raise ConfigError(f"{source}: '{where}.{name}' must be an integer, got {raw[name]!r}")
             setattr(task, name, raw[name])
     _positive(task.size, f"{where}.size", source)
-    _check_seed(task.seed, task.size, where, source)
+    if defaults["items"] == "evaluation":  # published items take Reasoning Gym's seed as it is
+        _check_seed(task.seed, task.size, where, source)
     task.config = dict(_mapping(raw.get("config"), f"{where}.config", source))
     _check_task(task.task, task.config, where, source)
     return task
@@ -212,7 +218,7 @@ def _parse_category(name: str, raw: Any, defaults: dict, source: str) -> Categor
     where = f"suite.categories.{name}"
     raw = _mapping(raw, where, source)
     _check_keys(raw, {"all_tasks", "tasks", "size", "seed"}, f"{where}.", source)
-    local = {k: raw.get(k, defaults[k]) for k in ("size", "seed")}
+    local = {k: raw.get(k, defaults[k]) for k in ("size", "seed")} | {"items": defaults["items"]}
     tasks_raw = dict(_mapping(raw.get("tasks"), f"{where}.tasks", source))
     if raw.get("all_tasks"):
         from envs import tasks as rg_tasks
@@ -254,13 +260,20 @@ def _parse_composite(name: str, raw: Any, defaults: dict, source: str) -> Compos
 def _parse_suite(raw: Any, cfg: EvalConfig, source: str) -> None:
     raw = _mapping(raw, "suite", source)
     _check_keys(raw, SUITE_KEYS, "suite.", source)
-    defaults = {"size": raw.get("size", 100), "seed": raw.get("seed", 42)}
+    cfg.items = str(raw.get("items", "evaluation"))
+    if cfg.items not in ITEMS:
+        raise ConfigError(f"{source}: 'suite.items' is {cfg.items!r}; use evaluation (the project's evaluation "
+                          f"split) or published (Reasoning Gym's own items at each task's seed)")
+    defaults = {"size": raw.get("size", 100), "seed": raw.get("seed", 42), "items": cfg.items}
     for name, spec in _mapping(raw.get("categories"), "suite.categories", source).items():
         cfg.categories.append(_parse_category(str(name), spec, defaults, source))
     for name, spec in _mapping(raw.get("composites"), "suite.composites", source).items():
         cfg.composites.append(_parse_composite(str(name), spec, defaults, source))
     if not cfg.categories and not cfg.composites:
         raise ConfigError(f"{source}: 'suite' has no categories and no composites: nothing to evaluate")
+    if cfg.items == "published" and cfg.composites:
+        raise ConfigError(f"{source}: 'suite.composites' with 'suite.items: published': published items are a "
+                          f"task's own dataset; list the tasks under suite.categories")
     seen: set[str] = set()
     for key in [f"{c.name}/{t.key}" for c in cfg.categories for t in c.tasks] + [c.name for c in cfg.composites]:
         if key in seen:
@@ -361,12 +374,17 @@ def load_config(path: str, overrides: list[str] | None = None) -> EvalConfig:
         raise ConfigError(f"{path}: overrides must look like key=value, got {bad}")
     reference = None
     from evaluation.reference_config import ReferenceSchemaError, is_reference_config, translate_reference
+    from evaluation.rg_eval_config import is_rg_eval_config, translate_rg_eval
 
-    if is_reference_config(raw):  # reasoning-gym's schema: their keys may be overridden by name, then translated
+    # reasoning-gym's schemas (eval/yaml first: both list their categories): their keys may be overridden by name,
+    # then translated
+    translate = (translate_rg_eval if is_rg_eval_config(raw) else translate_reference if is_reference_config(raw)
+                 else None)
+    if translate:
         theirs = [o for o in overrides if o.split("=", 1)[0].split(".")[0] not in TOP_KEYS]
         overrides = [o for o in overrides if o not in theirs]
         try:
-            raw, reference = translate_reference(_merge(raw, theirs), path)
+            raw, reference = translate(_merge(raw, theirs), path)
         except ReferenceSchemaError as err:
             raise ConfigError(str(err)) from err
     cfg = config_from_dict(_merge(raw, overrides), source=path)

@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in cfg.reference.console_lines() if cfg.reference else []:
         print(line)
     print(f"model {cfg.model.path or cfg.model.base_url} | backend {cfg.model.backend} | output {root}")
+    if cfg.items == "published":
+        print("items: Reasoning Gym's published ones (create_dataset(task, seed, size) as its evaluations drew them), "
+              "not this project's evaluation split: a model trained here may have seen some of their questions")
     print(f"sampling {cfg.sampling} | system prompt {cfg.system_prompt!r} | reward {cfg.reward or 'tags only'} | "
           f"pass@k {cfg.pass_k}" + (f" | modes {cfg.modes}" if cfg.modes else ""))
 

@@ -39,10 +39,11 @@ class ReferenceEval:
     save_full_results: bool = True  # --reference-output writes every question's completions
     mapped: list[str] = field(default_factory=list)  # "their_key -> our key" lines
     ignored: list[str] = field(default_factory=list)  # "their_key: why" lines
+    header: str = "reasoning-gym eval config, translated:"
 
     def console_lines(self) -> list[str]:
         """A header, one line per mapped key, one line per ignored key with its reason."""
-        return (["reasoning-gym eval config, translated:"] + [f"  {line}" for line in self.mapped]
+        return ([self.header] + [f"  {line}" for line in self.mapped]
                 + [f"  ignored {line}" for line in self.ignored])
 
 
@@ -81,7 +82,7 @@ def _dataset(raw: Any, where: str, source: str) -> tuple[str, dict]:
     return spec["task"], spec
 
 
-def _categories(raw: Any, source: str) -> dict:
+def categories_section(raw: Any, source: str) -> dict:
     """Their list of categories -> our `suite.categories` mapping; a dataset listed twice gets a `_2` key."""
     if not isinstance(raw, list) or not raw:
         raise ReferenceSchemaError(f"{source}: 'categories' must be a non-empty list of "
@@ -127,7 +128,7 @@ def translate_reference(raw: dict, source: str) -> tuple[dict, ReferenceEval]:
         raise ReferenceSchemaError(f"{source}: 'eval_repeats' must be an integer >= 1, got {repeats!r}")
     ours["sampling"]["n"] = repeats
     ours["pass_k"] = [1, repeats] if repeats > 1 else [1]
-    ours["suite"]["categories"] = _categories(raw.get("categories"), source)
+    ours["suite"]["categories"] = categories_section(raw.get("categories"), source)
     ref.output_dir = str(raw.get("output_dir") or "results")
     for key in ("save_metadata", "save_full_results"):
         if key in raw:

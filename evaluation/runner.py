@@ -35,6 +35,8 @@ def fingerprint(cfg: EvalConfig) -> dict:
         spec["reward"] = cfg.reward
     if cfg.model.chat_template_kwargs:  # the same: only when set
         spec["chat_template_kwargs"] = cfg.model.chat_template_kwargs
+    if cfg.items != "evaluation":  # the same: other items at the same seeds
+        spec["items"] = cfg.items
     return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
 
 

@@ -1,7 +1,8 @@
 """Evaluation items from a config: categories of tasks and weighted composite sets.
 
-Items come from the *evaluation* split of envs (disjoint from train/validation seeds by construction), rendered with
-the same chat messages as training, and carry their Reasoning Gym entry to the scorer.
+Items come from the *evaluation* split of envs (disjoint from train/validation seeds by construction), or, for a suite
+with `items: published`, from Reasoning Gym's own datasets as its published evaluations drew them; either way rendered
+with the same chat messages as training, and carrying their Reasoning Gym entry to the scorer.
 """
 
 from __future__ import annotations
@@ -58,11 +59,21 @@ def _entry(task: str, config: dict, seed: int, position: int) -> dict:
     return entry
 
 
-def task_items(group: str, task: TaskConfig, system_prompt: str) -> list[SuiteItem]:
-    """`task.size` items of one task at evaluation seed `task.seed`."""
+def published_entries(task: TaskConfig) -> list[dict]:
+    """Reasoning Gym's own items of a task: create_dataset(task, seed, size)'s entries in order, as its published
+    evaluations generated them (their questions may belong to any split of this project: envs.splits owns none)."""
+    import reasoning_gym
+
+    dataset = reasoning_gym.create_dataset(task.task, seed=task.seed, size=task.size, **task.config)
+    return [dataset[pos] for pos in range(task.size)]
+
+
+def task_items(group: str, task: TaskConfig, system_prompt: str, published: bool = False) -> list[SuiteItem]:
+    """`task.size` items of one task: at evaluation seed `task.seed`, or Reasoning Gym's own at that seed."""
     items = []
+    entries = published_entries(task) if published else None
     for pos in range(task.size):
-        entry = _entry(task.task, task.config, task.seed, pos)
+        entry = entries[pos] if entries else _entry(task.task, task.config, task.seed, pos)
         items.append(SuiteItem(f"{group}/{task.key}/{pos:05d}", group, task.key, task.task, entry, task.config,
                                _messages(entry["question"], system_prompt)))
     return items
@@ -105,7 +116,13 @@ def build_suite(cfg: EvalConfig) -> list[SuiteItem]:
     items: list[SuiteItem] = []
     for category in cfg.categories:
         for task in category.tasks:
-            items.extend(task_items(category.name, task, system_prompt))
+            try:
+                items.extend(task_items(category.name, task, system_prompt, cfg.items == "published"))
+            except Exception as err:  # noqa: BLE001 - only published items: a generator that changed since
+                if cfg.items != "published":
+                    raise
+                log.warning("%s/%s left out: this Reasoning Gym cannot draw its published items (%s: %s)",
+                            category.name, task.key, type(err).__name__, err)
     for comp in cfg.composites:
         items.extend(composite_items(comp, system_prompt))
     return items
