@@ -140,22 +140,26 @@ class RayHead:
 
     def stop(self) -> None:
         """Kills this head's processes by pid (SIGTERM, then SIGKILL after 10 s) and removes its folder."""
-        processes = self.processes()
-        for process in processes:
-            try:
-                process.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(processes, timeout=10)
-        for process in alive:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=10)
+        end_processes(self.processes(), grace=10)
         if self.block is not None:
             self.block.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def end_processes(processes: list[psutil.Process], grace: float) -> None:
+    """SIGTERM to each, SIGKILL to those alive `grace` seconds later, then waits for them (gone ones are skipped)."""
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
 
 
 def start_head(cpus: int, script: Path, attempts: int = 3) -> RayHead:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.training.ray_head import free_ports, wait_until
+from tests.training.ray_head import end_processes, free_ports, wait_until
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -163,18 +163,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancels the jobs left, then ends the daemons and any slurmstepd of theirs."""
         self.cancel_jobs()
-        left = self.steps() + [psutil.Process(d.pid) for d in self.daemons if d.poll() is None]
-        for process in left:
-            try:
-                process.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(left, timeout=15)
-        for process in alive:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
+        end_processes(self.steps() + [psutil.Process(d.pid) for d in self.daemons if d.poll() is None], grace=15)
         for daemon in self.daemons:
             daemon.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -5,6 +5,7 @@ import inspect
 import os
 import signal
 
+import psutil
 import pytest
 
 from training.trainer.processes import ALIVE, DEAD, SILENT, RunProcess, kill, probe, ray_reason
@@ -54,7 +55,11 @@ def test_probe_tells_alive_dead_stopped_and_busy_actors_apart():
                                       ("reward worker 0", "training rank 0", "rollout server 0", "training rank 1"))
         first = probe([alive, dead, stopped, busy], timeout=60)
         assert [p.state for p in first] == [ALIVE] * 4 and all(p.process.local and p.process.pid for p in first)
-        ray.kill(dead.handle)
+        ray.kill(dead.handle)  # asynchronous: a probe sent before the kill lands is answered (a loaded CI once)
+        try:
+            psutil.Process(dead.pid).wait(timeout=60)
+        except psutil.NoSuchProcess:
+            pass
         os.kill(stopped.pid, signal.SIGSTOP)
         busy.handle.spin.remote(60)  # a synchronous actor answers only between its calls
         states = {p.process.role: p for p in probe([alive, dead, stopped, busy], timeout=3)}
