@@ -38,6 +38,11 @@ def question_hash(question: str) -> str:
     return hashlib.sha256(question.encode()).hexdigest()[:16]
 
 
+def position(item) -> int:
+    """A suite item's position in its task (the last part of its item_id, "<group>/<task>/<position>")."""
+    return int(item.item_id.rsplit("/", 1)[1])
+
+
 def suite_path(name: str) -> Path:
     return REPO / "configs" / "eval" / f"rg_zero_shot_{name}.yaml"
 
@@ -69,7 +74,7 @@ def rescore_file(path: Path, items: dict, options) -> dict:
         # the published files do not say which completions hit their token limit: scored as complete
         completions = [Completion(text=text or "", num_tokens=None, finish_reason=None) for text in texts]
         scored = score_completions(item, completions, options)
-        accuracy[int(item.item_id.rsplit("/", 1)[1])] = sum(float(s["acc"]) for s in scored) / len(scored)
+        accuracy[position(item)] = sum(float(s["acc"]) for s in scored) / len(scored)
     return {"accuracy": accuracy, "left_out": left_out,
             "published_mean_score": published.get("average_mean_score")}
 
@@ -93,7 +98,7 @@ def rescore_set(eval_repo: Path, name: str, only: set[str] | None = None) -> dic
     hashes = {key: [None] * sizes[key] for key in by_task}
     for key, items in by_task.items():
         for question, item in items.items():
-            hashes[key][int(item.item_id.rsplit("/", 1)[1])] = question_hash(question)
+            hashes[key][position(item)] = question_hash(question)
     models: dict[str, dict] = {}
     left_out: Counter = Counter()
     for folder in model_folders(eval_repo, name):

@@ -75,14 +75,15 @@ wait_for_nodes() {  # wait_for_nodes IP N [PID ...]: until the cluster at IP has
 
 main() {
   share_token
-  local nodes head_ip node gpus cpus=$SLURM_CPUS_ON_NODE logs steps=()
+  local nodes head_ip node gpus cpus=$SLURM_CPUS_ON_NODE logs steps=() train
   gpus=$(gpus_per_node)
   mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
   logs=${RAY_LOGS:-${SLURM_SUBMIT_DIR:-$PWD}/slurm-$SLURM_JOB_ID-ray}
   mkdir -p "$logs"
-  cd "$RG_GRPO"  # the overrides are checked (hydra composes the config) before any node starts
-  "$PYTHON" training/train_grpo.py --config-name "$CONFIG" trainer.nnodes="${#nodes[@]}" \
-    trainer.n_gpus_per_node="$gpus" "$@" --cfg job >/dev/null
+  train=("$PYTHON" training/train_grpo.py --config-name "$CONFIG" trainer.nnodes="${#nodes[@]}"
+         trainer.n_gpus_per_node="$gpus" "$@")
+  cd "$RG_GRPO"
+  "${train[@]}" --cfg job >/dev/null  # the overrides checked (hydra composes the config) before any node starts
   head_ip=$(srun -N1 -n1 -w "${nodes[0]}" hostname -I | awk '{print $1}')
   # shellcheck disable=SC2086  # RAY_HEAD_ARGS and RAY_WORKER_ARGS are lists of options
   srun -N1 -n1 -c "$cpus" -w "${nodes[0]}" bash "$SELF" head "$head_ip" --num-cpus="$cpus" --num-gpus="$gpus" \
@@ -97,8 +98,7 @@ main() {
   done
   wait_for_nodes "$head_ip" "${#nodes[@]}" "${steps[@]}" || { tail -n 20 "$logs"/*.log >&2; return 1; }
   echo "[slurm] a Ray cluster of ${#nodes[@]} node(s) at $head_ip:$RAY_PORT; the nodes' Ray output: $logs"
-  RAY_ADDRESS="$head_ip:$RAY_PORT" exec "$PYTHON" training/train_grpo.py --config-name "$CONFIG" \
-    trainer.nnodes="${#nodes[@]}" trainer.n_gpus_per_node="$gpus" "$@"
+  RAY_ADDRESS="$head_ip:$RAY_PORT" exec "${train[@]}"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

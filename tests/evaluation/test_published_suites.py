@@ -19,6 +19,7 @@ from evaluation.config import ConfigError, load_config
 from evaluation.evaluate_model import main
 from evaluation.runner import fingerprint
 from evaluation.suite import build_suite, task_items
+from tests.evaluation.test_reference_eval import changed_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "data" / "published_questions.json").read_text())
@@ -51,12 +52,7 @@ def rg_eval_yaml(tmp_path: Path, **changes) -> Path:
            "categories": [{"category": "arithmetic", "datasets": [
                {"dataset": "basic_arithmetic"},
                {"dataset": "chain_sum", "size": 2, "params": {"min_terms": 2, "max_terms": 3}}]}]}
-    raw.update(changes)
-    for key in [k for k, v in changes.items() if v is None]:
-        raw.pop(key)
-    path = tmp_path / "o3-mini.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+    return changed_yaml(tmp_path / "o3-mini.yaml", raw, changes)
 
 
 def test_reasoning_gyms_eval_yaml_runs_unchanged_on_its_own_items(tmp_path):
@@ -156,7 +152,8 @@ def test_rescoring_published_completions_reproduces_the_committed_table():
                 assert len(matched) == {"arithmetic/basic_arithmetic": 4, "games/countdown": 3}[key]
                 assert got["left_out"] == 0
     # the hashes are the suite's questions, which test_the_shipped_suites_draw_the_published_questions pins
-    assert committed["hashes"]["arithmetic/basic_arithmetic"] == PUBLISHED["sets"]["easy"]["arithmetic/basic_arithmetic"]
+    key = "arithmetic/basic_arithmetic"
+    assert committed["hashes"][key] == PUBLISHED["sets"]["easy"][key]
 
 
 def test_the_committed_table_holds_every_published_model_and_says_where_it_came_from():

@@ -28,10 +28,14 @@ def their_yaml(tmp_path: Path, **changes) -> Path:
                    {"dataset": "chain_sum", "size": 3, "seed": 5, "params": {"min_terms": 2, "max_terms": 3}},
                    {"dataset": "chain_sum", "size": 2, "seed": 5, "params": {"min_terms": 4, "max_terms": 4}}]},
                {"category": "algorithmic", "datasets": [{"dataset": "spell_backward"}]}]}
-    raw.update(changes)
+    return changed_yaml(tmp_path / "eval_mine_composite.yaml", raw, changes)
+
+
+def changed_yaml(path: Path, raw: dict, changes: dict) -> Path:
+    """Writes `raw` with `changes` to `path` as YAML: a key changed to None is removed."""
+    raw = {**raw, **changes}
     for key in [k for k, v in changes.items() if v is None]:
         raw.pop(key)
-    path = tmp_path / "eval_mine_composite.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
 

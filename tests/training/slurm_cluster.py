@@ -22,7 +22,7 @@ import psutil
 
 from tests.training.ray_head import end_processes, free_ports, wait_until
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                 "DEADLINE"}
 KILL_WAIT = 30  # seconds between a cancelled job's SIGTERM and its SIGKILL (SLURM's default)
@@ -36,7 +36,7 @@ def find(name: str) -> str | None:
 
 def unavailable() -> str | None:
     """Why a SLURM cluster cannot start here, or None."""
-    missing = [name for name in DAEMONS if find(name) is None]
+    missing = [name for name in PROGRAMS if find(name) is None]
     if missing:
         return f"SLURM is not installed ({', '.join(missing)} not found): `make install-slurm` installs Debian's " \
                "slurm-wlm and munge (root and apt-get)"

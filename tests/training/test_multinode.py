@@ -17,10 +17,22 @@ import pytest
 from tests.training.test_train import PROMPTS, SAMPLES, run_logs, step_metrics, train
 
 REPO = Path(__file__).resolve().parents[2]
-TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", "algorithm.rollout_correction.bypass_mode=false",
-             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+# two ranks, one per node (tests/training/test_slurm.py's SLURM script sets the node and GPU counts itself)
+TWO_RANKS = ["algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]
+TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", *TWO_RANKS]
+
+
+def check_two_rank_steps(run_dir: Path, steps: int) -> None:
+    """Each step sampled the whole batch and the two ranks' recomputed log-probs agree with the rollout's; the
+    checkpoint of the last step holds one shard per rank."""
+    for step in range(1, steps + 1):
+        metrics = step_metrics(run_logs(run_dir), step)
+        assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["training/rollout_probs_diff_mean"] < 1e-3
+    actor = run_dir / "ckpt" / f"global_step_{steps}" / "actor"
+    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
 
 
 @pytest.mark.slow
@@ -36,12 +48,7 @@ def test_two_node_cluster_trains_saves_resumes_and_exports(tmp_path, tiny_run, m
         monkeypatch.setenv("RAY_ADDRESS", cluster.address)
         first = train(tiny_run, tmp_path, "cpu", 2, *TWO_NODES)
         assert f"joining the Ray cluster at {cluster.address}: 2 node(s), 18 CPUs, 2 GPU slots" in first
-        for step in (1, 2):
-            metrics = step_metrics(run_logs(tmp_path), step)
-            assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["training/rollout_probs_diff_mean"] < 1e-3
-        actor = tmp_path / "ckpt" / "global_step_2" / "actor"
-        assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
-            "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+        check_two_rank_steps(tmp_path, 2)
         resumed = train(tiny_run, tmp_path, "cpu", 3, *TWO_NODES, "trainer.save_freq=3")
         assert f"resuming {tmp_path / 'ckpt'} from step 2 of 3" in resumed and "step:1 - " not in resumed
         assert step_metrics(run_logs(tmp_path), 3)["env/samples"] == PROMPTS * SAMPLES

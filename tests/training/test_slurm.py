@@ -25,14 +25,12 @@ import pytest
 
 from tests.training.ray_head import PORT_FLAGS, free_ports, plain_env, wait_until
 from tests.training.slurm_cluster import FINAL_STATES, KILL_WAIT, start_slurm, unavailable
+from tests.training.test_multinode import TWO_RANKS, check_two_rank_steps
 from tests.training.test_train import PROMPTS, SAMPLES, run_logs, step_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "docs" / "examples" / "slurm_multinode.sh"
 NODE_CPUS = 10  # logical, each node: the tiny two-rank run reserves 8 on the head (training/launch/hardware.py)
-TWO_RANKS = ["algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -134,12 +132,7 @@ def test_sbatch_trains_on_two_nodes_and_a_second_job_resumes(slurm, home, tiny_r
     assert "[slurm] a Ray cluster of 2 node(s) at " in output
     assert re.search(r"joining the Ray cluster at \S+: 2 node\(s\), 20 CPUs, 2 GPU slots", output), output[-3000:]
     assert "[step 2/2]" in output
-    for step in (1, 2):
-        metrics = step_metrics(run_logs(run_dir), step)
-        assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["training/rollout_probs_diff_mean"] < 1e-3
-    actor = run_dir / "ckpt" / "global_step_2" / "actor"
-    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
-        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+    check_two_rank_steps(run_dir, 2)
     assert sorted(p.name for p in (tmp_path / "first" / "ray").iterdir()) == ["node1.log", "node2.log"]
     wait_until(lambda: not job_processes(tmp_path / "first", env), 60, "no process of the first job")
 
