@@ -6,6 +6,8 @@
     python evaluation/evaluate_model.py --config configs/eval/quickstart.yaml \
         --from-run checkpoints/rg-grpo/quickstart --model PATH [--cache]
     python evaluation/evaluate_model.py --compare BASE_DIR_OR_JSON TRAINED_DIR_OR_JSON --output DIR
+    python evaluation/evaluate_model.py --config configs/eval/rg_zero_shot_easy.yaml --model PATH --compare-published \
+        [--trained-here]   # beside Reasoning Gym's published models (evaluation/published_compare.py)
     python evaluation/evaluate_model.py --config eval_games_composite.yaml [--reference-output [DIR]]  # reasoning-gym's
 
 A YAML in reasoning-gym's training/evaluations/ schema (model_path, eval_repeats, categories: [{category, datasets}],
@@ -57,6 +59,8 @@ class Args:
     batch_size: int | None = None  # model.batch_size (reasoning-gym's --batch-size)
     device: str | None = None  # cpu | cuda | cuda:N, as CUDA_VISIBLE_DEVICES (reasoning-gym's --device)
     verbose: bool = False  # reasoning-gym's --verbose: accepted; the responses are in generations.jsonl
+    compare_published: bool = False  # set the model beside Reasoning Gym's published ones (rg_zero_shot_* suites)
+    trained_here: bool = False  # the model was trained with this project: headline the items it cannot have seen
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -80,12 +84,20 @@ def parse_args(argv: list[str] | None = None) -> Args:
     p.add_argument("--device", help="cpu, cuda or cuda:N: sets CUDA_VISIBLE_DEVICES (cpu: hf backend only)")
     p.add_argument("--verbose", action="store_true",
                    help="accepted for reasoning-gym's command lines; every response is in OUTPUT/generations.jsonl")
+    p.add_argument("--compare-published", action="store_true",
+                   help="with configs/eval/rg_zero_shot_{easy,hard}.yaml: set the model beside Reasoning Gym's "
+                        "published models on the same items, rescored by the same reward (OUTPUT/published.*)")
+    p.add_argument("--trained-here", action="store_true",
+                   help="with --compare-published: the model was trained with this project, so the headline is the "
+                        "items whose question its train split does not own")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the YAML (omegaconf dot paths)")
     ns = p.parse_args(argv)
     if not ns.config and not ns.compare:
         p.error("give --config FILE.yaml (or --compare BASE TRAINED)")
     if ns.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", ns.device):
         p.error(f"--device {ns.device!r}: give cpu, cuda or cuda:N")
+    if ns.trained_here and not ns.compare_published:
+        p.error("--trained-here goes with --compare-published")
     return Args(**vars(ns))
 
 
@@ -207,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, cli_overrides(args))
         if args.category:
             cfg = select_categories(cfg, args.category)
+        if args.compare_published:
+            from evaluation.published_compare import check_config
+
+            check_config(cfg)
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
@@ -251,6 +267,16 @@ def main(argv: list[str] | None = None) -> int:
             path = write_reference_output(mode_cfg, out_dir, os.path.join(ref_root, mode) if mode else ref_root,
                                           started, (datetime.now() - started).total_seconds())
             print(f"wrote {path} (reasoning-gym's result layout)")
+        if args.compare_published:
+            from evaluation.published_compare import NotComparable, summary_lines, write_published_comparison
+
+            try:
+                cmp = write_published_comparison(out_dir, args.trained_here)
+            except NotComparable as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+            print("\n".join(summary_lines(cmp)))
+            print(f"wrote {out_dir}/published.md, published.json, published.png (its tables are in results.md too)")
         complete = complete and results["run"]["complete"]
     return 0 if complete else 1
 

@@ -143,12 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("PYTHONHASHSEED") != "0":  # the suite's items as evaluate_model.py draws them (ensure_hash_seed)
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "evaluation.published_scores", *(argv or sys.argv[1:])])
-    import reasoning_gym
+    from importlib.metadata import version
 
     from evaluation.config import load_config
     from evaluation.runner import scoring_options
 
-    data = {"about": ABOUT, "reasoning_gym": reasoning_gym.__version__, "metric": "accuracy (binarised, mean over "
+    data = {"about": ABOUT, "reasoning_gym": version("reasoning-gym"), "metric": "accuracy (binarised, mean over "
             "an item's completions)", "scoring": scoring_options(load_config(str(suite_path("easy")),
                                                                              ["model.path=published"])),
             "sets": {name: rescore_set(args.eval_repo, name) for name in args.sets}}

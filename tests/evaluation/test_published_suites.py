@@ -159,8 +159,13 @@ def test_rescoring_published_completions_reproduces_the_committed_table():
 def test_the_committed_table_holds_every_published_model_and_says_where_it_came_from():
     from evaluation.published_scores import load
 
+    from importlib.metadata import version
+
     data = load()
     assert "open-thought/reasoning-gym-eval" in data["about"] and "Apache" in data["about"]
+    # made with the Reasoning Gym installed (its __version__ says 0.1.19 in 0.1.25: the dist's version is read);
+    # a lock that moves Reasoning Gym must rerun python -m evaluation.published_scores
+    assert data["reasoning_gym"] == version("reasoning-gym")
     for name, tasks in (("easy", 101), ("hard", 99)):  # hard: knight_swap cannot be drawn at its parameters
         table = data["sets"][name]
         assert len(table["models"]) == 10 and len(table["hashes"]) == tasks
