@@ -211,17 +211,17 @@ def comparison_markdown(cmp: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_published(cmp: dict, path: str) -> None:
-    """Per category and overall (the headline subset): each published model a marker, the evaluated model a black
-    star with its 95% interval."""
+def plot_published(cmps: list[dict], path: str, labels: list[str] | None = None) -> None:
+    """Per category and overall (the headline subset): each published model a marker, each evaluated model a star
+    with its 95% interval (several: the same items, e.g. a base model and its trained export)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sub = cmp["subsets"][cmp["headline"]]
-    rows = sub["categories"] + [sub["overall"]]
-    models = [r["model"] for r in sub["overall"]["models"]]
+    subs = [cmp["subsets"][cmp["headline"]] for cmp in cmps]
+    rows = subs[0]["categories"] + [subs[0]["overall"]]
+    models = [r["model"] for r in subs[0]["overall"]["models"]]
     fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(rows) + 3), 4.8))
     markers = "osD^v<>ph8P"
     for k, model in enumerate(models):
@@ -229,16 +229,21 @@ def plot_published(cmp: dict, path: str) -> None:
         xs = [x + (k - len(models) / 2) * 0.03 for x in range(len(rows))]
         ax.scatter(xs, [float("nan") if y is None else y for y in ys], marker=markers[k % len(markers)], s=22,
                    alpha=0.8, label=display_name(model))
-    acc = [row["accuracy"] or 0.0 for row in rows]
-    err = [[a - (row["ci95"] or (a, a))[0] for a, row in zip(acc, rows)],
-           [(row["ci95"] or (a, a))[1] - a for a, row in zip(acc, rows)]]
-    ax.errorbar(range(len(rows)), acc, yerr=err, fmt="*", color="black", markersize=12, capsize=3,
-                label=f"{os.path.basename(cmp['model'].rstrip('/')) or cmp['model']} (95% CI)", zorder=5)
+    labels = labels or [os.path.basename(cmp["model"].rstrip("/")) or cmp["model"] for cmp in cmps]
+    for k, (sub, label) in enumerate(zip(subs, labels)):
+        own = {row["key"]: row for row in sub["categories"] + [sub["overall"]]}
+        mine = [own.get(row["key"]) for row in rows]
+        acc = [float("nan") if r is None or r["accuracy"] is None else r["accuracy"] for r in mine]
+        err = [[0.0 if r is None or not r["ci95"] else a - r["ci95"][0] for a, r in zip(acc, mine)],
+               [0.0 if r is None or not r["ci95"] else r["ci95"][1] - a for a, r in zip(acc, mine)]]
+        xs = [x + 0.25 + 0.12 * k for x in range(len(rows))]
+        ax.errorbar(xs, acc, yerr=err, fmt="*", color=("black", "crimson", "navy", "darkgreen")[k % 4],
+                    markersize=12, capsize=3, label=f"{label} (95% CI)", zorder=5)
     ax.set_xticks(range(len(rows)), [f"{r['key']}\n({r['items']})" for r in rows], rotation=45, ha="right", fontsize=8)
     ax.set_ylim(-0.03, 1.03)
     ax.set_ylabel("mean accuracy")
-    ax.set_title(f"Reasoning Gym {cmp['set']} set, {cmp['headline']} items, all rescored by this project's reward",
-                 fontsize=9)
+    ax.set_title(f"Reasoning Gym {cmps[0]['set']} set, {cmps[0]['headline']} items, all rescored by this project's "
+                 "reward", fontsize=9)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=110)
@@ -258,5 +263,5 @@ def write_published_comparison(out_dir: str, trained_here: bool = False, data: d
     atomic_write(os.path.join(out_dir, f"{OUTPUT}.md"), markdown)
     with open(os.path.join(out_dir, RESULTS_MD)) as fh:
         atomic_write(os.path.join(out_dir, RESULTS_MD), fh.read() + "\n" + markdown)
-    plot_published(cmp, os.path.join(out_dir, f"{OUTPUT}.png"))
+    plot_published([cmp], os.path.join(out_dir, f"{OUTPUT}.png"))
     return cmp
