@@ -143,9 +143,13 @@ def compare_published(results: dict, questions: dict[str, str], data: dict, trai
                        "categories": [group_row(c, [i for i in members if i.split("/", 1)[0] == c], evaluated,
                                                 published) for c in categories],
                        "overall": group_row("overall", members, evaluated, published)}
+    unanswered: dict[str, int] = {}  # items at which this Reasoning Gym draws another question than was published
+    for i in evaluated:
+        if all(accuracy.get(i) is None for accuracy in published.values()):
+            unanswered[i.rsplit("/", 1)[0]] = unanswered.get(i.rsplit("/", 1)[0], 0) + 1
     run = results["run"]
     return {"set": name, "model": run["model"], "headline": "unseen" if trained_here else "all",
-            "matched_items": len(evaluated), "not_published": not_published,
+            "matched_items": len(evaluated), "not_published": not_published, "no_published_answer": unanswered,
             "sampling": run["sampling"], "scoring": data["scoring"], "about": data["about"],
             "reasoning_gym": data["reasoning_gym"], "subsets": out}
 
@@ -158,6 +162,10 @@ def standing(row: dict) -> str:
     near = ([f"below {display_name(above[-1]['model'])} {fmt(above[-1]['published'])}"] if above else []) + \
            ([f"above {display_name(below[0]['model'])} {fmt(below[0]['published'])}"] if below else [])
     return f"{row['rank']} of {row['of']}" + (f" ({', '.join(near)})" if near else "")
+
+
+def unanswered_text(cmp: dict) -> str:
+    return ", ".join(f"{key} {count}" for key, count in sorted(cmp["no_published_answer"].items()))
 
 
 def summary_lines(cmp: dict) -> list[str]:
@@ -173,6 +181,8 @@ def summary_lines(cmp: dict) -> list[str]:
     for row in sub["categories"]:
         lines.append(f"  {row['key']:<12} {fmt(row['accuracy'])} {interval_text(row)} ({row['items']} items): "
                      f"{standing(row)}")
+    if cmp["no_published_answer"]:
+        lines.append(f"  items with no published answer (another question is drawn there now): {unanswered_text(cmp)}")
     return lines
 
 
@@ -186,6 +196,8 @@ def comparison_markdown(cmp: dict) -> str:
              f"- items: {cmp['matched_items']} of this run's items are published ones"
              + (f"; {cmp['not_published']} are not (their question differs) and are left out"
                 if cmp["not_published"] else ""),
+             *([f"- no published answer (this Reasoning Gym draws another question there than the published runs "
+                f"asked; unpaired): {unanswered_text(cmp)}"] if cmp.get("no_published_answer") else []),
              "- metric: mean accuracy over an item's samples; delta: evaluated minus published on the items both "
              f"answered; interval: paired bootstrap over items, {PAIRED_RESAMPLES} resamples", ""]
     order = [cmp["headline"]] + [s for s in SUBSETS if s != cmp["headline"]]

@@ -27,18 +27,20 @@ def questions_of_both_owners(count: int) -> list[str]:
 
 
 def synthetic(count: int = 40):
-    """A published table of two models on two tasks (good: always right; bad: never, one item unanswered) and an
-    evaluated run right on every other item, one of whose questions is not the published one."""
+    """A published table of two models on two tasks (good: always right; bad: never, one item unanswered; one item
+    neither answered, as where Reasoning Gym now draws another question) and an evaluated run right on every other
+    item, one of whose questions is not the published one."""
     questions = questions_of_both_owners(2 * count)
     keys = ["arithmetic/sums", "logic/truths"]
     ids = [f"{key}/{pos}" for key in keys for pos in range(count)]
     by_id = dict(zip(ids, questions))
     hashes = {key: [question_hash(by_id[f"{key}/{pos}"]) for pos in range(count)] for key in keys}
     bad = {key: {"accuracy": [0.0] * count} for key in keys}
+    good = {key: {"accuracy": [1.0] * count} for key in keys}
     bad["logic/truths"]["accuracy"][0] = None
+    good["logic/truths"]["accuracy"][2] = bad["logic/truths"]["accuracy"][2] = None
     data = {"about": "synthetic", "reasoning_gym": "0.0", "scoring": SCORING, "sets": {"easy": {
-        "hashes": hashes, "models": {"lab_good": {key: {"accuracy": [1.0] * count} for key in keys},
-                                     "lab_bad": bad}}}}
+        "hashes": hashes, "models": {"lab_good": good, "lab_bad": bad}}}}
     run_questions = dict(by_id, **{ids[1]: "a question the published runs never asked"})
     results = {"run": {"model": "/models/mine", "reward": dict(SCORING), "sampling": {
         "temperature": 0.6, "top_p": 0.95, "max_tokens": 64, "n": 1}},
@@ -50,13 +52,14 @@ def test_the_model_is_placed_among_the_published_ones_on_paired_items():
     data, questions, results = synthetic()
     cmp = compare_published(results, questions, data)
     assert (cmp["set"], cmp["headline"], cmp["matched_items"], cmp["not_published"]) == ("easy", "all", 79, 1)
+    assert cmp["no_published_answer"] == {"logic/truths": 1}
     overall = cmp["subsets"]["all"]["overall"]
     assert overall["rank"] == 2 and overall["of"] == 3
     good, bad = overall["models"]  # the better published model first
-    assert (good["model"], good["items"], good["published"]) == ("lab_good", 79, 1.0)
-    assert (bad["model"], bad["items"], bad["published"]) == ("lab_bad", 78, 0.0)  # its unanswered item is not paired
-    mine = [results["item_accuracy"][i] for i in questions if i != "arithmetic/sums/1"]
-    assert good["delta"] == pytest.approx(sum(mine) / 79 - 1.0)
+    assert (good["model"], good["items"], good["published"]) == ("lab_good", 78, 1.0)
+    assert (bad["model"], bad["items"], bad["published"]) == ("lab_bad", 77, 0.0)  # its unanswered item is not paired
+    mine = [results["item_accuracy"][i] for i in questions if i not in ("arithmetic/sums/1", "logic/truths/2")]
+    assert good["delta"] == pytest.approx(sum(mine) / 78 - 1.0)
     assert good["verdict"] == "worse (resolved)" and good["ci95"][1] < 0
     assert bad["verdict"] == "better (resolved)" and bad["ci95"][0] > 0
     assert [row["key"] for row in cmp["subsets"]["all"]["categories"]] == ["arithmetic", "logic"]
