@@ -52,8 +52,9 @@ def read_questions(out_dir: str) -> dict[str, str]:
 
 
 def match_items(data: dict, questions: dict[str, str]) -> tuple[str, dict[str, tuple[str, int]], int]:
-    """The published set the run's items belong to, {item_id: (task key, position)} of the items whose question is
-    the published one at that place, and how many items were not."""
+    """The published set the run's items belong to (the one most of them match; five tasks draw the same questions in
+    both, and a run of only those is set beside the easy set), {item_id: (task key, position)} of the items whose
+    question is the published one at that place, and how many items were not."""
     from evaluation.published_scores import question_hash
 
     def matches(hashes: dict) -> dict[str, tuple[str, int]]:
