@@ -56,16 +56,21 @@ def model_folders(eval_repo: Path, name: str) -> list[Path]:
 
 
 def rescore_file(path: Path, items: dict, options) -> dict:
-    """One published task file against the suite's items of that task ({question: SuiteItem}): the rescored accuracy
-    by position, the items left out, the published average score."""
+    """One published task file against the suite's items of that task ({question: [SuiteItem, ...] in position
+    order}; a task can draw one question at several positions, and the k-th published result with a question is
+    the k-th position holding it): the rescored accuracy by position, the items left out, the published average
+    score."""
     from evaluation.backends.base import Completion
     from evaluation.runner import score_completions
 
     published = json.loads(path.read_text())
     accuracy: dict[int, float] = {}
     left_out = 0
+    seen: Counter = Counter()
     for result in published["results"]:
-        item = items.get(result["question"])
+        holding = items.get(result["question"], [])
+        item = holding[seen[result["question"]]] if seen[result["question"]] < len(holding) else None
+        seen[result["question"]] += 1
         if item is None:
             left_out += 1
             continue
@@ -91,14 +96,13 @@ def rescore_set(eval_repo: Path, name: str, only: set[str] | None = None) -> dic
         cfg = dataclasses.replace(cfg, categories=[
             dataclasses.replace(c, tasks=[t for t in c.tasks if f"{c.name}/{t.key}" in only]) for c in cfg.categories])
     options = reward_options(cfg)
-    by_task: dict[str, dict] = {}
+    by_task: dict[str, dict[str, list]] = {}
+    hashes: dict[str, list] = {}
     for item in build_suite(cfg):
-        by_task.setdefault(item.result_key, {})[item.entry["question"]] = item
-    sizes = {f"{c.name}/{t.key}": t.size for c in cfg.categories for t in c.tasks}
-    hashes = {key: [None] * sizes[key] for key in by_task}
-    for key, items in by_task.items():
-        for question, item in items.items():
-            hashes[key][position(item)] = question_hash(question)
+        assert position(item) == len(hashes.get(item.result_key, [])), item.item_id  # a task's items in order
+        by_task.setdefault(item.result_key, {}).setdefault(item.entry["question"], []).append(item)
+        hashes.setdefault(item.result_key, []).append(question_hash(item.entry["question"]))
+    sizes = {key: len(found) for key, found in hashes.items()}
     models: dict[str, dict] = {}
     left_out: Counter = Counter()
     for folder in model_folders(eval_repo, name):

@@ -169,6 +169,28 @@ def test_the_committed_table_holds_every_published_model_and_says_where_it_came_
     for name, tasks in (("easy", 101), ("hard", 99)):  # hard: knight_swap cannot be drawn at its parameters
         table = data["sets"][name]
         assert len(table["models"]) == 10 and len(table["hashes"]) == tasks
+        assert all(None not in hashes for hashes in table["hashes"].values())  # every position, repeats too
         for model, scores in table["models"].items():
             assert len(scores) >= tasks - 1, (name, model)  # a published file or two is missing from the snapshot
             assert all(0 <= a <= 1 for s in scores.values() for a in s["accuracy"] if a is not None)
+
+
+def test_a_question_drawn_at_two_places_is_scored_at_each(tmp_path):
+    """products draws "8 * 7" at positions 7 and 28: the first published result asking it is position 7's, the
+    second position 28's (the published files list a task's items in order)."""
+    import reasoning_gym
+
+    from evaluation.published_scores import rescore_set
+
+    folder = tmp_path / "reasoninggym-paper-experiments" / "zero-shot" / "easy" / "lab_model_20250101_000000"
+    (folder / "arithmetic").mkdir(parents=True)
+    items = reasoning_gym.create_dataset("products", seed=45, size=50)
+    assert items[7]["question"] == items[28]["question"] and items[7]["answer"] == "56"
+    results = [{"question": items[i]["question"], "completions": [{"full_model_response": f"<answer>{said}</answer>"}]}
+               for i, said in ((7, 56), (28, 55))]
+    (folder / "arithmetic" / "products.json").write_text(json.dumps({"results": results, "average_mean_score": 0.5}))
+    scored = rescore_set(tmp_path, "easy", only={"arithmetic/products"})
+    accuracy = scored["models"]["lab_model"]["arithmetic/products"]["accuracy"]
+    assert (accuracy[7], accuracy[28], sum(a is not None for a in accuracy)) == (1.0, 0.0, 2)
+    hashes = scored["hashes"]["arithmetic/products"]
+    assert None not in hashes and hashes[7] == hashes[28]
