@@ -39,7 +39,7 @@ from training.launch.checks import (  # noqa: E402
     sample_prompt_lengths,
 )
 from training.launch.config import CONFIG_DIR, resolve_config, validate_with_verl, visible_gpu_count  # noqa: E402
-from training.launch.console import Terminated, TrainingFailed, route_logs, where_logs_are  # noqa: E402
+from training.launch.console import Terminated, TrainingFailed, route_logs, say_stop, where_logs_are  # noqa: E402
 from training.launch.devices import device_problem, probe_host, probe_torch  # noqa: E402
 from training.launch.hardware import (  # noqa: E402
     apply_cpu_backend,
@@ -336,11 +336,9 @@ def run(cfg: DictConfig) -> int:
         print(where_logs_are(cfg), file=sys.stderr)
         return 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated): asked from outside, not a failure
-        from training.trainer.faults import resume_command
-
-        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
-        print(f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}", file=sys.stderr)
-        return code
+        sys.stderr.flush()
+        say_stop(stop)  # said already where the stop passed the console (before Ray's shutdown)
+        return 143 if isinstance(stop, Terminated) else 130
     print_report(cfg)
     record_startup(cfg)
     print(where_logs_are(cfg))

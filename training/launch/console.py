@@ -244,6 +244,8 @@ def driver_console(cfg: DictConfig, started: float):
     finally:
         printer.stop_event.set()
         printer.join(timeout=5)
+        if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
+            say_stop(failure, saved[1])
         ray_logs = ray_logs_dir() or printer.ray_logs
         shutdown_ray()  # before the terminal is given back: what Ray says as it kills its workers goes to the log
         sys.stdout.flush(), sys.stderr.flush()
@@ -261,6 +263,20 @@ def driver_console(cfg: DictConfig, started: float):
             error_log = None
         raise TrainingFailed(failure_summary(failure, worker_logs, driver_log, error_log),
                              failing_worker_log(failure, worker_logs)[1], error_log) from failure
+
+
+def say_stop(stop: KeyboardInterrupt, fd: int = 2) -> None:
+    """Writes "[train] interrupted" (Ctrl-C) or "[train] stopped by SIGTERM" and the resume command to `fd`, once.
+    The driver says it as soon as the stop reaches it: a scheduler follows SIGTERM with SIGKILL after a grace
+    (SLURM's KillWait, 30 s by default), and Ray's shutdown, its cluster's head stopping at the same moment, took
+    longer than that in CI (scancel: no line, as the job was killed)."""
+    if getattr(stop, "said", False):
+        return
+    from training.trainer.faults import resume_command
+
+    what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+    os.write(fd, f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}\n".encode())
+    stop.said = True
 
 
 def where_logs_are(cfg: DictConfig) -> str:

@@ -78,3 +78,27 @@ def test_a_sigterm_after_ray_init_ends_the_launch_as_stopped(tmp_path):
         assert not (tmp_path / "logs" / "error.log").exists()  # not recorded as a failure
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_the_stop_is_said_on_the_terminal_before_rays_shutdown(tmp_path, monkeypatch, capfd):
+    """A scheduler's SIGKILL follows its SIGTERM after a grace (SLURM's KillWait, 30 s) that Ray's shutdown can
+    outlast when the cluster's head stops too (a CI job was killed in it, its output without the line): the line
+    reaches the terminal (not driver.log) before the shutdown starts, and run() does not say it twice."""
+    import pytest
+    from omegaconf import OmegaConf
+
+    from training.launch import console
+    from training.launch.console import Terminated, driver_console, say_stop
+
+    cfg = OmegaConf.create({"env": {"logs_dir": str(tmp_path / "logs"), "console": "quiet"}})
+    said_before_shutdown = []
+    monkeypatch.setattr(console, "shutdown_ray", lambda: said_before_shutdown.append(capfd.readouterr().err))
+    with pytest.raises(Terminated) as stop:
+        with driver_console(cfg, time.time()):
+            raise Terminated("SIGTERM")
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint: python " in said_before_shutdown[0]
+    assert "stopped by SIGTERM" not in (tmp_path / "logs" / "driver.log").read_text()
+    say_stop(stop.value)
+    assert "[train]" not in capfd.readouterr().err
+    say_stop(KeyboardInterrupt())  # a Ctrl-C that never passed the console (a library swallowed it) is said by run()
+    assert "[train] interrupted; to resume from the last checkpoint: python " in capfd.readouterr().err
