@@ -51,18 +51,9 @@ def evaluate(args, label: str, model: str, *flags: str) -> dict:
         return json.load(fh)
 
 
-def subset_items(out: str) -> dict[str, list[str]]:
-    """{subset: item ids} of one evaluation, as evaluation.published_compare splits them."""
-    from envs.splits import question_owner
-    from evaluation.published_compare import read_questions
-
-    questions = read_questions(out)
-    return {"all": sorted(questions), "unseen": sorted(i for i, q in questions.items() if question_owner(q) != "train")}
-
-
 def main(argv=None) -> int:
     from evaluation.compare import interval_text, paired_interval, verdict
-    from evaluation.published_compare import SUBSET_TEXT, plot_published, standing
+    from evaluation.published_compare import SUBSET_TEXT, plot_published, read_questions, standing, subset_items
     from evaluation.report import fmt, load_results
 
     args = parse_args(argv)
@@ -72,7 +63,7 @@ def main(argv=None) -> int:
     figure = args.figure or os.path.join(args.out, "published.png")
     plot_published([dict(base, headline="unseen"), trained], figure, labels=["base", "trained"])
     acc_b, acc_t = (load_results(os.path.join(args.out, label))["item_accuracy"] for label in ("base", "trained"))
-    for subset, members in subset_items(os.path.join(args.out, "base")).items():
+    for subset, members in subset_items(read_questions(os.path.join(args.out, "base"))).items():
         print(f"\n{base['set']} set, {SUBSET_TEXT[subset]}; accuracy, rank among the published models; base -> "
               "trained, paired 95% interval\n")
         print("| category | items | base | base's rank | trained | trained's rank | change | paired 95% CI | |")

@@ -123,11 +123,18 @@ def group_row(key: str, members: list[str], evaluated: dict[str, float], publish
             "ci95": list(lo_hi) if lo_hi else None, "rank": above + 1, "of": len(rows) + 1, "models": rows}
 
 
+def subset_items(questions: dict[str, str], ids=None) -> dict[str, list[str]]:
+    """{subset: sorted item ids} of `ids` (default: every item of `questions`): all of them, and the unseen ones
+    (whose question this project's train split does not own)."""
+    from envs.splits import question_owner
+
+    ids = sorted(questions if ids is None else ids)
+    return {"all": ids, "unseen": [i for i in ids if question_owner(questions[i]) != "train"]}
+
+
 def compare_published(results: dict, questions: dict[str, str], data: dict, trained_here: bool = False) -> dict:
     """The comparison: per subset (all, unseen), per category and overall, the evaluated model beside every
     published model of the matched set."""
-    from envs.splits import question_owner
-
     diffs = scoring_differences(results["run"]["reward"], data)
     if diffs:
         raise NotComparable(f"refusing to compare: {refusal(diffs)}")
@@ -135,10 +142,8 @@ def compare_published(results: dict, questions: dict[str, str], data: dict, trai
     evaluated = {i: results["item_accuracy"][i] for i in matched if i in results["item_accuracy"]}
     published = {model: {i: tasks[key]["accuracy"][pos] for i, (key, pos) in matched.items() if key in tasks}
                  for model, tasks in data["sets"][name]["models"].items()}
-    subsets = {"all": sorted(evaluated),
-               "unseen": sorted(i for i in evaluated if question_owner(questions[i]) != "train")}
     out = {}
-    for subset, members in subsets.items():
+    for subset, members in subset_items(questions, evaluated).items():
         categories = sorted({i.split("/", 1)[0] for i in members})
         out[subset] = {"items": len(members),
                        "categories": [group_row(c, [i for i in members if i.split("/", 1)[0] == c], evaluated,
