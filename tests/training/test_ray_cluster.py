@@ -1,7 +1,8 @@
 """Joining a Ray cluster as a user starts one: a head from `ray start --head`, token authentication on as Ray turns it on
 (tests/training/ray_head.py), one head for the module, started by the SLURM script's own head line
-(docs/examples/slurm_multinode.sh). A driver with the token trains; drivers without it, or with another, get one line
-before anything starts; docs/faults.md's `ray job submit` line trains a 2-step job, and a job of the same line that
+(docs/examples/slurm_multinode.sh). A driver with the token trains (`extended`: test_slurm.py's jobs train so); drivers
+without it, or with another, get one line before anything starts, and one asking more nodes than the cluster has is
+refused; docs/faults.md's `ray job submit` line trains a 2-step job, and a job of the same line that
 `ray job stop` ends mid-run (once its training rank is up) leaves no actor or process of the run. The script as SLURM
 runs it: tests/training/test_slurm.py. Every process
 this module starts is stopped by pid (never `ray stop`, which would stop every Ray on the machine)."""
@@ -86,6 +87,7 @@ def run_processes(head: RayHead, marker: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # what it trains is test_slurm.py's first job (a driver in a shell with the token, RAY_ADDRESS)
 @pytest.mark.timeout(1200)
 def test_a_driver_with_the_token_joins_and_trains(head, tiny_run, tmp_path):
     env = head.token_env(RAY_ADDRESS=head.address)  # a shell given the token: RAY_AUTH_MODE=token, the token's file
@@ -97,8 +99,13 @@ def test_a_driver_with_the_token_joins_and_trains(head, tiny_run, tmp_path):
     # the driver's RAY_AUTH_MODE reached the run's Ray workers (ray_init.runtime_env), the token itself did not
     driver_log = (run_logs(tmp_path) / "driver.log").read_text()
     assert "'RAY_AUTH_MODE': 'token'" in driver_log and str(head.token_file) not in driver_log
-    # the cluster's own nodes are what the checks compare a run with (ray.nodes(), read with the token)
-    three = drive(env, ["model=tiny", "trainer.device=cpu", "trainer.nnodes=3", f"hydra.run.dir={tmp_path / 'h3'}"],
+
+
+@pytest.mark.slow
+def test_a_run_asking_more_nodes_than_the_cluster_has_is_refused_before_it_starts(head, tmp_path):
+    """The cluster's own nodes are what the checks compare a run with (ray.nodes(), read with the token)."""
+    three = drive(head.token_env(RAY_ADDRESS=head.address),
+                  ["model=tiny", "trainer.device=cpu", "trainer.nnodes=3", f"hydra.run.dir={tmp_path / 'h3'}"],
                   timeout=300)
     assert three.returncode == 2, three.stdout + three.stderr
     assert "trainer.nnodes=3 x trainer.n_gpus_per_node=1 needs 3 node(s)" in three.stderr
@@ -160,6 +167,9 @@ def test_ray_job_submit_as_documented_trains_and_a_stopped_job_leaves_nothing(he
     output = done.stdout + done.stderr
     assert done.returncode == 0 and re.search(r"Job '\w+' succeeded", output), output[-6000:]
     assert step_metrics(run_logs(tmp_path / "job"), 2)["env/samples"] == PROMPTS * SAMPLES
+    # the driver's RAY_AUTH_MODE reached the run's Ray workers (ray_init.runtime_env), the token itself did not
+    driver_log = (run_logs(tmp_path / "job") / "driver.log").read_text()
+    assert "'RAY_AUTH_MODE': 'token'" in driver_log and token not in driver_log
     wait_until(lambda: not alive_actors(head), 60, "no actor alive after the job")
 
     # the same line, of a long run, stopped by `ray job stop` once it trains

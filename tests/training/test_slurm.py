@@ -1,9 +1,9 @@
 """The shipped SLURM script (docs/examples/slurm_multinode.sh) submitted as a cluster user submits it, `sbatch` from the
 project's folder, to a real SLURM on this machine (tests/training/slurm_cluster.py: munge, slurmctld, a slurmd for
 each of two "nodes", each with one GPU slot): its Ray head and worker start as job steps (`srun`), the driver trains
-the tiny model on both nodes (one CPU-backend rank each, over gloo), checkpoints, and a second job resumes it; the
-export of that run is a model. `scancel` of a training job ends its driver as SIGTERM does and leaves no process and no
-port of the job; a bad override fails the job with hydra's reason before any node starts.
+the tiny model on both nodes (one CPU-backend rank each, over gloo), checkpoints, and a second job resumes it, until
+`scancel` ends its driver as SIGTERM does, leaving no process and no port of the job; the export of that run is a
+model. A bad override fails the job with hydra's reason before any node starts.
 
 The job's options are the ones a user edits on the script's #SBATCH line (nodes, GPUs a node, time), given on sbatch's
 command line, which SLURM reads over the script's. Two Ray nodes share this machine, so each has its own ports and
@@ -121,8 +121,12 @@ def port_holders(port: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_sbatch_trains_on_two_nodes_and_a_second_job_resumes(slurm, home, tiny_run, tmp_path):
+@pytest.mark.timeout(2400)
+def test_sbatch_trains_on_two_nodes_a_second_job_resumes_and_scancel_stops_it_as_sigterm(slurm, home, tiny_run,
+                                                                                            tmp_path):
+    """The first job trains 2 steps with a checkpoint and completes; the same command resubmitted (one job start for
+    both checks) resumes from step 2, trains on, and is cancelled: its driver ends as on SIGTERM and the job leaves no
+    process, step or port behind; the export of the run's last checkpoint is a model."""
     env, run_dir = job_env(tmp_path / "first", home), tmp_path / "run"
     job, out = submit(slurm, tmp_path / "first", env, *run_args(tiny_run, run_dir, 2, 2))
     record = slurm.wait_for_end(job, 900)
@@ -136,27 +140,13 @@ def test_sbatch_trains_on_two_nodes_and_a_second_job_resumes(slurm, home, tiny_r
     assert sorted(p.name for p in (tmp_path / "first" / "ray").iterdir()) == ["node1.log", "node2.log"]
     wait_until(lambda: not job_processes(tmp_path / "first", env), 60, "no process of the first job")
 
-    env = job_env(tmp_path / "second", home)  # resubmitted as a user does: the same run folder, one more step
-    job, out = submit(slurm, tmp_path / "second", env, *run_args(tiny_run, run_dir, 3, 3))
-    record = slurm.wait_for_end(job, 900)
-    output = out.read_text()
-    assert record["JobState"] == "COMPLETED", output[-6000:]
-    assert f"resuming {run_dir / 'ckpt'} from step 2 of 3" in output and "[step 3/3]" in output
-    assert step_metrics(run_logs(run_dir), 3)["env/samples"] == PROMPTS * SAMPLES
-    export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(run_dir / "ckpt"), str(tmp_path / "hf"),
-                             "--dtype", "fp32", "--verify", "--quiet"], cwd=REPO,
-                            env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
-    assert export.returncode == 0, export.stdout[-3000:] + export.stderr[-3000:]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_scancel_stops_the_driver_as_sigterm_and_leaves_nothing(slurm, home, tiny_run, tmp_path):
-    env, run_dir = job_env(tmp_path, home), tmp_path / "run"
-    job, out = submit(slurm, tmp_path, env, *run_args(tiny_run, run_dir, 500, -1))
-    wait_until(lambda: slurm.job(job)["JobState"] in FINAL_STATES or "[step 1/500]" in text(out), 900,
-               "the job's first step", period=2)
-    assert slurm.job(job)["JobState"] == "RUNNING", out.read_text()[-6000:]
+    second = tmp_path / "second"  # resubmitted as a user does: the same run folder, more steps
+    env = job_env(second, home)
+    job, out = submit(slurm, second, env, *run_args(tiny_run, run_dir, 500, -1))
+    wait_until(lambda: slurm.job(job)["JobState"] in FINAL_STATES or "[step 3/500]" in text(out), 900,
+               "the resumed job's first step", period=2)
+    assert slurm.job(job)["JobState"] == "RUNNING", text(out)[-6000:]
+    assert f"resuming {run_dir / 'ckpt'} from step 2 of 500" in text(out)
     cancelled = slurm.run("scancel", job)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     record = slurm.wait_for_end(job, KILL_WAIT + 60)
@@ -164,10 +154,15 @@ def test_scancel_stops_the_driver_as_sigterm_and_leaves_nothing(slurm, home, tin
     output = out.read_text()
     assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in output, output[-3000:]
     try:
-        wait_until(lambda: not job_processes(tmp_path, env) and not slurm.steps(), KILL_WAIT + 30, "nothing left")
+        wait_until(lambda: not job_processes(second, env) and not slurm.steps(), KILL_WAIT + 30, "nothing left")
     except AssertionError:
-        raise AssertionError(f"left after scancel: {job_processes(tmp_path, env)}, steps {slurm.steps()}") from None
+        raise AssertionError(f"left after scancel: {job_processes(second, env)}, steps {slurm.steps()}") from None
     assert port_holders(int(env["RAY_PORT"])) == [] and port_holders(int(env["DASHBOARD_PORT"])) == []
+    assert step_metrics(run_logs(run_dir), 3)["env/samples"] == PROMPTS * SAMPLES
+    export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(run_dir / "ckpt"), str(tmp_path / "hf"),
+                             "--dtype", "fp32", "--verify", "--quiet"], cwd=REPO,
+                            env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stdout[-3000:] + export.stderr[-3000:]
 
 
 @pytest.mark.slow
