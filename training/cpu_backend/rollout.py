@@ -6,6 +6,10 @@ Three parts, one per verl role (the same split vLLM has in verl):
   A batch's numbers depend on its rows (padding width, matrix shapes), so for runs that repeat exactly the trainer
   announces each submission's request count (`expect`, training/trainer/seeding.py): the server then waits for all
   of them and samples them sorted by prompt and seed, whatever order and timing they arrived in.
+  Each request is answered as its row stops, not when its batch ends. For verl's colocated async trainer the server
+  also pauses: `abort_all_requests` stops the running batch at its next token and answers the unfinished rows with
+  what they have ("aborted": verl's FullyAsyncLLMServerClient sends them again, prompt + partial response, once
+  `resume_generation` opens the gate); requests that arrive or wait meanwhile are parked until then.
 - `TransformersReplica` (verl's `RolloutReplicaRegistry`, name "transformers"): starts the servers.
 - `TransformersRolloutAdapter` (built inside each actor worker): receives the actor's weights after every update
   through verl's own "naive" weight-sync path and ships them to its replica's server; forwards sleep / wake-up.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -173,8 +178,12 @@ class TransformersServer:
         self.expected = 0  # requests announced (`expect`) and not yet taken into a batch
         self.batcher: Optional[asyncio.Task] = None
         self.awake: Optional[asyncio.Event] = None
+        self.open: Optional[asyncio.Event] = None  # cleared by abort_all_requests until resume_generation
+        self.stop = threading.Event()  # set while an abort ends the running batch
+        self.sampling: Optional[asyncio.Future] = None  # the running batch's thread, while it runs
         # seconds: sampling; gather_seconds: a batch's first request's arrival -> its sampling starts
-        self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0, "gather_seconds": 0.0}
+        self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0, "gather_seconds": 0.0,
+                      "aborted": 0}
         self.progress = DecodeProgress(self.model, progress_seconds, f"rollout {replica_rank}",
                                        self.eos_token_ids | {self.pad_token_id})
 
@@ -183,6 +192,18 @@ class TransformersServer:
             self.awake = asyncio.Event()
             self.awake.set()
         return self.awake
+
+    def _open_event(self) -> asyncio.Event:
+        if self.open is None:
+            self.open = asyncio.Event()
+            self.open.set()
+        return self.open
+
+    async def _ready(self) -> None:
+        """Waits until the replica is awake and not paused (both, at the same moment)."""
+        while not (self._awake_event().is_set() and self._open_event().is_set()):
+            await self._awake_event().wait()
+            await self._open_event().wait()
 
     # ---- generation ----
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
@@ -238,7 +259,7 @@ class TransformersServer:
         size = int(self.config.max_num_seqs)
         while self.pending:
             await self._gather()
-            await self._awake_event().wait()
+            await self._ready()
             if self.expected:  # everything announced has arrived (or stalled): one batch
                 batch, self.pending, self.expected = self.pending, [], 0
             else:
@@ -249,38 +270,61 @@ class TransformersServer:
                 groups.setdefault(request.spec, []).append(request)
             chunks = [(spec, requests[start:start + size])
                       for spec, requests in groups.items() for start in range(0, len(requests), size)]
-            for spec, requests in chunks:
+            for index, (spec, requests) in enumerate(chunks):
+                if not self._open_event().is_set():  # paused: the chunks not started wait for resume_generation
+                    self.pending[:0] = [request for _, later in chunks[index:] for request in later]
+                    break
+                self.sampling = asyncio.ensure_future(asyncio.to_thread(self._sample, spec, requests,
+                                                                          asyncio.get_running_loop()))
                 try:
-                    outputs = await asyncio.to_thread(self._sample, spec, requests)
+                    outputs = await self.sampling
                 except Exception as err:  # every waiting request learns why
                     for request in requests:
                         if not request.future.done():
                             request.future.set_exception(err)
                     continue
+                finally:
+                    self.sampling = None
                 for request, output in zip(requests, outputs):
                     if not request.future.done():
                         request.future.set_result(output)
 
-    def _sample(self, spec: SamplingSpec, requests: list[_Request]) -> list[TokenOutput]:
+    def _sample(self, spec: SamplingSpec, requests: list[_Request],
+                loop: Optional[asyncio.AbstractEventLoop] = None) -> list[TokenOutput]:
+        """Samples one chunk (in a thread); each request is answered on `loop` as its row stops."""
         if not self.complete:
             raise RuntimeError(f"rollout replica {self.replica_rank} was asked to generate without complete weights "
                                "(released by sleep, or a weight sync that did not finish)")
         start = time.perf_counter()
         sampled = []
+
+        def answered(row: int, done) -> None:  # from this thread: the future belongs to the actor's event loop
+            if loop is not None:
+                loop.call_soon_threadsafe(self._answer, requests[row].future, self._output(done))
+
         self.progress.start(len(requests), max(r.max_tokens for r in requests))
         try:
             sampled = sample_batch(self.model, [r.prompt_ids for r in requests], [r.max_tokens for r in requests],
                                    spec, self.eos_token_ids, self.pad_token_id, self.generator,
-                                   seeds=[r.seed for r in requests])
+                                   seeds=[r.seed for r in requests], stop=self.stop, on_finished=answered)
         finally:
             self.progress.finish(sampled)
         self.stats["batches"] += 1
         self.stats["sequences"] += len(requests)
         self.stats["tokens"] += sum(len(s.token_ids) for s in sampled)
+        self.stats["aborted"] += sum(s.aborted for s in sampled)
         self.stats["seconds"] += time.perf_counter() - start
-        extra = {"global_steps": self.global_steps}
-        return [TokenOutput(token_ids=s.token_ids, log_probs=s.log_probs, stop_reason="completed",
-                            extra_fields=dict(extra)) for s in sampled]
+        return [self._output(s) for s in sampled]
+
+    def _output(self, sampled) -> TokenOutput:
+        return TokenOutput(token_ids=sampled.token_ids, log_probs=sampled.log_probs,
+                           stop_reason="aborted" if sampled.aborted else "completed",
+                           extra_fields={"global_steps": self.global_steps})
+
+    @staticmethod
+    def _answer(future: asyncio.Future, output: TokenOutput) -> None:
+        if not future.done():
+            future.set_result(output)
 
     # ---- weights ----
     def load_weights(self, bucket: dict[str, tuple[np.ndarray, str]]) -> int:
@@ -356,10 +400,27 @@ class TransformersServer:
             await asyncio.sleep(0.01)
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
-        return {"aborted_count": 0, "request_ids": []}
+        """Pauses generation: the running batch stops at its next token and answers its unfinished rows "aborted";
+        waiting requests stay parked (with `reject_request`, they fail) until `resume_generation`."""
+        self._open_event().clear()
+        before = self.stats["aborted"]
+        if self.sampling is not None:
+            self.stop.set()
+            try:
+                await asyncio.shield(self.sampling)
+            except Exception:
+                pass  # its requests were told why (_drain)
+            finally:
+                self.stop.clear()
+        if reject_request:
+            for request in self.pending:
+                if not request.future.done():
+                    request.future.set_exception(RuntimeError(f"rollout replica {self.replica_rank} is paused"))
+            self.pending, self.expected = [], 0
+        return {"aborted_count": int(self.stats["aborted"] - before), "request_ids": []}
 
     async def resume_generation(self) -> None:
-        return None
+        self._open_event().set()
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict:
         return {"aborted": False, "request_id": request_id}

@@ -8,7 +8,9 @@ verl's actor computes (log-softmax of logits / temperature, before top-k/top-p t
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -41,6 +43,7 @@ class Sampled:
     token_ids: list[int]
     log_probs: list[float]
     finished_by_eos: bool
+    aborted: bool = False  # cut short by `stop` (a partial rollout, continued later under newer weights)
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -69,7 +72,8 @@ def _apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty:
 @torch.inference_mode()
 def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spec: SamplingSpec,
                  eos_token_ids: set[int], pad_token_id: int, generator: torch.Generator | None = None,
-                 seeds: list[int | None] | None = None) -> list[Sampled]:
+                 seeds: list[int | None] | None = None, stop: threading.Event | None = None,
+                 on_finished: Callable[[int, Sampled], None] | None = None) -> list[Sampled]:
     """Samples one response per prompt (left-padded batch, one KV cache); returns them in prompt order.
 
     Identical prompts (a GRPO group's n samples) are prefilled once and their KV cache rows repeated: prefill of
@@ -77,6 +81,10 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
     `spec.ignore_eos`) or at its own `max_new_tokens`; the batch stops when every row has. A row with a seed
     (`seeds[i]`, vLLM's per-request `seed`) draws from its own generator, so its draws do not depend on the other
     rows; the others share `generator`.
+
+    For partial rollout (verl's colocated async trainer): `on_finished(row, sampled)` is called as each row stops, so
+    its request can be answered before the batch ends, and once `stop` is set the loop ends at the next token: the
+    rows still running come back with what they have, `aborted`.
     """
     device = next(model.parameters()).device
     unique = list(dict.fromkeys(tuple(p) for p in prompts))
@@ -121,8 +129,15 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
         token = token.masked_fill(done, pad_token_id)
         tokens.append(token)
         log_probs.append(step_log_probs.gather(-1, token[:, None]).squeeze(-1))
-        done = done | torch.isin(token, eos) | (step + 1 >= limits)
+        finished = done | torch.isin(token, eos) | (step + 1 >= limits)
+        if on_finished is not None:
+            for row in (finished & ~done).nonzero().flatten().tolist():
+                ids = [int(t[row]) for t in tokens]
+                on_finished(row, _cut(ids, [float(lp[row]) for lp in log_probs], int(limits[row]), stop_ids))
+        done = finished
         if bool(done.all()):
+            break
+        if stop is not None and stop.is_set():
             break
         seen = torch.cat([seen, token[:, None]], dim=-1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
@@ -131,7 +146,10 @@ def sample_batch(model, prompts: list[list[int]], max_new_tokens: list[int], spe
                     use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
     token_matrix, log_prob_matrix = torch.stack(tokens, dim=1).tolist(), torch.stack(log_probs, dim=1).tolist()
-    return [_cut(ids, lps, limit, stop_ids) for ids, lps, limit in zip(token_matrix, log_prob_matrix, max_new_tokens)]
+    sampled = [_cut(ids, lps, limit, stop_ids) for ids, lps, limit in zip(token_matrix, log_prob_matrix, max_new_tokens)]
+    for row in (~done).nonzero().flatten().tolist():  # only when stopped early
+        sampled[row].aborted = True
+    return sampled
 
 
 def _cut(ids: list[int], log_probs: list[float], limit: int, eos_token_ids: set[int]) -> Sampled:

@@ -413,3 +413,75 @@ def test_requests_are_seeded_on_the_cpu_rollout_and_where_determinism_is_asked()
     assert seeds_requests(OmegaConf.create({"name": "transformers", "full_determinism": False}))
     assert not seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": False}))
     assert seeds_requests(OmegaConf.create({"name": "vllm", "full_determinism": True}))
+
+
+def test_a_stopped_batch_returns_what_each_row_has_and_finished_rows_are_answered_as_they_stop(tiny_lm):
+    """Partial rollout's sampler: `on_finished` sees each row as it stops (the same response the batch returns);
+    once `stop` is set, the rows still running come back `aborted` with a prefix of what they would have sampled."""
+    import threading
+
+    model, tokenizer = tiny_lm
+    prompts = _prompts(tokenizer)
+    greedy = SamplingSpec(temperature=0)
+    whole = sample_batch(model, prompts, [3, 40], greedy, {-1}, tokenizer.pad_token_id)
+    stop, seen = threading.Event(), {}
+
+    def finished(row, sampled):
+        seen[row] = sampled
+        stop.set()  # the short row stops at 3 tokens: the long one is stopped there too
+
+    cut = sample_batch(model, prompts, [3, 40], greedy, {-1}, tokenizer.pad_token_id, stop=stop, on_finished=finished)
+    assert list(seen) == [0] and seen[0].token_ids == cut[0].token_ids == whole[0].token_ids
+    assert not cut[0].aborted and cut[1].aborted and len(whole[1].token_ids) == 40
+    assert 3 <= len(cut[1].token_ids) < 40 and cut[1].token_ids == whole[1].token_ids[:len(cut[1].token_ids)]
+    assert len(cut[1].log_probs) == len(cut[1].token_ids)
+
+
+def test_server_pauses_mid_batch_and_the_aborted_request_continues_after_resume(tiny_model_dir):
+    """verl's colocated async trainer: `abort_all_requests` answers the running rows "aborted" with their tokens so
+    far; a request sent while paused waits; after `resume_generation` it is sampled, and the aborted request sent
+    again (prompt + partial, the rest of its budget, as FullyAsyncLLMServerClient does) finishes its response."""
+    import threading
+
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.replica import RolloutMode
+
+    from training.cpu_backend.rollout import TransformersServer
+
+    config = RolloutConfig(name="transformers", prompt_length=64, response_length=48, max_model_len=112,
+                           free_cache_engine=True, max_num_seqs=64)
+    server = TransformersServer(config, HFModelConfig(path=str(tiny_model_dir)), 0, RolloutMode.HYBRID)
+    reached, release, calls = threading.Event(), threading.Event(), []
+
+    def hold(module, args, kwargs, output):  # the 4th forward waits until the test has asked for the abort
+        calls.append(1)
+        if len(calls) == 4:
+            reached.set()
+            release.wait(30)
+
+    hook = server.model.register_forward_hook(hold, with_kwargs=True)
+    prompt, greedy = list(range(5, 30)), {"temperature": 0, "logprobs": True, "max_tokens": 48}
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(server.generate(prompt, dict(greedy), "a"))
+        await loop.run_in_executor(None, reached.wait, 30)
+        abort = asyncio.create_task(server.abort_all_requests())
+        await asyncio.sleep(0.05)
+        release.set()
+        aborted, answer = await first, await abort
+        waiting = asyncio.create_task(server.generate(list(range(9, 20)), dict(greedy, max_tokens=4), "b"))
+        await asyncio.sleep(0.3)
+        parked = not waiting.done()
+        await server.resume_generation()
+        rest = await server.generate(prompt + aborted.token_ids,
+                                     dict(greedy, max_tokens=48 - len(aborted.token_ids)), "a")
+        return aborted, answer, parked, await waiting, rest
+
+    aborted, answer, parked, later, rest = asyncio.run(run())
+    hook.remove()
+    whole = asyncio.run(server.generate(prompt, dict(greedy), "c"))
+    assert aborted.stop_reason == "aborted" and answer["aborted_count"] == 1
+    assert 4 <= len(aborted.token_ids) < 48 and aborted.token_ids == whole.token_ids[:len(aborted.token_ids)]
+    assert parked and later.stop_reason == "completed" and len(later.token_ids) == 4
+    assert rest.stop_reason == "completed" and len(aborted.token_ids) + len(rest.token_ids) == len(whole.token_ids)
