@@ -190,7 +190,8 @@ class ProgressPrinter(threading.Thread):
             self.write(f"[step {step}/{total}] reward {event.get('reward', float('nan')):.3f}  accuracy "
                        f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
-                       f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event) + skip_note(event))
+                       f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event) + skip_note(event)
+                       + carried_note(event))
             self.bar.update(step - self.bar.n)
             if "val_accuracy" in event:
                 self.show({**event, "kind": "validation"})
@@ -214,6 +215,15 @@ def skip_note(event: dict) -> str:
     if event.get("optimizer_step_skipped"):
         note += f", no optimizer step on {event['optimizer_step_skipped']:.0%} of mini-batches"
     return note
+
+
+def carried_note(event: dict) -> str:
+    """The step line's note in async mode: the share of responses begun under older weights (some resumed across
+    an update: partial rollout) and the most steps any lagged the weights trained."""
+    if "carried_over" not in event:
+        return ""
+    return (f"  carried over {event['carried_over']:.0%} (resumed {event.get('resumed', 0):.0%}, "
+            f"staleness <= {event.get('staleness_max', 0):.0f})")
 
 
 @contextmanager

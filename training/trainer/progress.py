@@ -36,6 +36,10 @@ STEP_KEYS = {  # console name -> verl / env metric
     "update_skipped": "actor/update_skipped/sequences",
     "update_skipped_tokens": "actor/update_skipped/tokens",
     "optimizer_step_skipped": "actor/update_skipped/optimizer_step",
+    # async mode (training/trainer/trainer.py): responses begun under older weights, and verl's worst staleness
+    "carried_over": "async/carried_over",
+    "resumed": "async/resumed",
+    "staleness_max": "training/off_policy/trajectory_staleness_worst/max",
 }
 TRUNCATED_PREFIX = "env/truncated/"  # env/truncated/<task>: share of the task's responses cut (training/trainer/metrics.py)
 VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")

@@ -1,6 +1,11 @@
-"""Our verl trainer: verl's synchronous v1 trainer, fed by the envs task stream, with per-task metrics and curriculum.
+"""Our verl trainers: verl's v1 trainers, fed by the envs task stream, with per-task metrics and curriculum.
 
-Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mode=reasoning_gym`). What it changes:
+Registered in verl's trainer registry under two names, one key apart (`trainer.v1.trainer_mode`):
+- `reasoning_gym`: verl's synchronous trainer (PPOTrainerSync): a step trains on the responses sampled for it;
+- `reasoning_gym_async`: verl's colocated async trainer (PPOTrainerColocateAsync): trainer and rollout share the
+  devices, a step takes the first groups that finish and the rest continue under the new weights (partial rollout,
+  verl's off-policy bound `trainer.v1.sampler.max_off_policy_threshold`); docs/training.md says when to use it.
+Both are `ReasoningGymAdditions` over verl's class; what the additions change:
 - `_init_dataloader` (the one private method replaced; verl's needs a dataset with len()): the stream and the fixed
   validation list become StatefulDataLoaders, so verl's checkpoint saves the stream state (with the curriculum) in
   `global_step_N/data.pt` and `trainer.resume_mode=auto` continues the stream where it stopped;
@@ -11,8 +16,10 @@ Registered in verl's trainer registry as `reasoning_gym` (`trainer.v1.trainer_mo
   the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there);
 - `_update_actor` tells the actor's engine whether to leave out the zero-advantage sequences (training/update_skip.py);
 - `fit` hands verl the agent-loop manager wrapped in `OrderedSubmissions` and the replay buffer lists each sampled
-  batch in submission order, not arrival order (training/trainer/seeding.py): a run of one seed repeats exactly.
-Everything else, hooks included, is verl's PPOTrainerSync.
+  batch in submission order, not arrival order (training/trainer/seeding.py): a run of one seed repeats exactly
+  (sync only: the CPU server is told each submission's size; async batches depend on timing);
+- in async mode, `env_feedback` adds async/carried_over: the share of the step's responses begun under older weights.
+Everything else, hooks included, is verl's trainer's.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ import time
 import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
@@ -52,16 +60,25 @@ from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions, order
 from training.update_skip import DATA_KEY, METRIC_PREFIX, skip_refusal
 
 TRAINER_NAME = "reasoning_gym"
-VERL_MODE = "sync"  # verl branches on this literal (replay buffer, checkpointing); we run as its sync trainer
+ASYNC_TRAINER_NAME = "reasoning_gym_async"
+TRAINER_NAMES = (TRAINER_NAME, ASYNC_TRAINER_NAME)
+# verl branches on these literals (replay buffer, gen batch, checkpointing the in-flight prompts): ours run as verl's
+VERL_MODES = {TRAINER_NAME: "sync", ASYNC_TRAINER_NAME: "colocate_async"}
 logger = logging.getLogger(__name__)
 install_restartable_reward_workers()  # this module is imported in the TaskRunner actor, before verl's trainer inits
 
 
+def is_async(config: DictConfig) -> bool:
+    """True for the colocated async trainer (our name, or verl's literal once the trainer has set it)."""
+    return str(config.trainer.v1.trainer_mode) in (ASYNC_TRAINER_NAME, VERL_MODES[ASYNC_TRAINER_NAME])
+
+
 def needs_exact_refill(config: DictConfig) -> bool:
-    """True when verl refills prompts one at a time (dynamic sampling or failed-group refill): gen batch of 1."""
+    """True when verl refills prompts one at a time (async, dynamic sampling or failed-group refill): gen batch 1."""
     filter_groups = config.algorithm.get("filter_groups") or {}
     sampler = config.trainer.v1.get("sampler") or {}
-    return bool(filter_groups.get("enable", False) or sampler.get("sync_refill_failed_groups", False))
+    return bool(is_async(config) or filter_groups.get("enable", False)
+                or sampler.get("sync_refill_failed_groups", False))
 
 
 class GuardedReplayBuffer(ReplayBuffer):
@@ -118,14 +135,30 @@ class ObservingReplayBuffer(GuardedReplayBuffer):
         super()._clear_groups(partition_id, uids)
 
 
-@register_trainer(TRAINER_NAME)
-class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
-    """verl's sync trainer on the Reasoning Gym task stream (reads env.*, data.*, trainer.total_training_steps);
-    its fault handling (watchdog, naming dead processes, the failed-sample guard) is FaultHooks'."""
+class GuardedReplayBufferAsync(GuardedReplayBuffer, ReplayBufferAsync):
+    """GuardedReplayBuffer's guard and order over verl's async buffer (staleness drops, refill of exactly k)."""
+
+
+class ObservingReplayBufferAsync(ObservingReplayBuffer, ReplayBufferAsync):
+    """ObservingReplayBuffer over verl's async buffer: the groups it evicts (flat under dynamic sampling, or past
+    the off-policy bound) are read before they are cleared, as observations for the curriculum and the sampler."""
+
+
+REPLAY_BUFFERS = {ReplayBuffer: (GuardedReplayBuffer, ObservingReplayBuffer),
+                  ReplayBufferAsync: (GuardedReplayBufferAsync, ObservingReplayBufferAsync)}
+
+
+class ReasoningGymAdditions:
+    """What we add to a verl v1 trainer (a mixin before FaultHooks and verl's class): the Reasoning Gym task stream
+    (reads env.*, data.*, trainer.total_training_steps), its metrics, curriculum and sampler feedback, dumps and
+    ordered submissions; its fault handling (watchdog, naming dead processes, the failed-sample guard) is
+    FaultHooks'."""
+
+    name = TRAINER_NAME
 
     def __init__(self, config: DictConfig):
         with open_dict(config):
-            config.trainer.v1.trainer_mode = VERL_MODE
+            config.trainer.v1.trainer_mode = VERL_MODES[self.name]
         super().__init__(config)
         # verl's replay buffer checks for a finished rollout batch every `poll_interval` (2 s by default), so a
         # step's generation time rounds up to it; a short poll costs one small TransferQueue query per period.
@@ -139,8 +172,9 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         self.skips_zero_advantage = skip_refusal(config) is None
         reliability = config.env.get("reliability") or {}
         self.max_failed_fraction = float(reliability.get("max_failed_fraction", 0.0))
-        if type(self.replay_buffer) is ReplayBuffer:  # same object and state, methods added
-            self.replay_buffer.__class__ = ObservingReplayBuffer if needs_exact_refill(config) else GuardedReplayBuffer
+        if type(self.replay_buffer) in REPLAY_BUFFERS:  # same object and state, methods added
+            guarded, observing = REPLAY_BUFFERS[type(self.replay_buffer)]
+            self.replay_buffer.__class__ = observing if needs_exact_refill(config) else guarded
             self.replay_buffer.observer = self._observe_dropped if needs_exact_refill(config) else None
             self.replay_buffer.guard = self._guard_batch
 
@@ -155,7 +189,9 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         """verl's fit, on the manager wrapped to number and announce each submission (training/trainer/seeding.py)."""
         self._rollout_server = self._single_cpu_rollout_server()
         server = self._rollout_server
-        announce = (lambda count: ray.get(server.expect.remote(count))) if server is not None else None
+        announce = None  # async: aborted requests come back unannounced, and a batch depends on timing anyway
+        if server is not None and not is_async(self.config):
+            announce = lambda count: ray.get(server.expect.remote(count))  # noqa: E731
         submissions = OrderedSubmissions(agent_loop_manager, announce, self._samples_per_prompt)
         self.replay_buffer.order = submissions.order
         return super().fit(submissions)
@@ -300,6 +336,8 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
         dropped, self._dropped_records = self._dropped_records, []
         metrics = self.apply_feedback(records, dropped)
         metrics.update(reward_timing)
+        if is_async(self.config):
+            metrics.update(carried_over_metrics(batch.tags, int(getattr(self, "global_steps", 0))))
         if keys:
             start = time.perf_counter()
             dump_step(self.dump_settings, getattr(self, "global_steps", 0), keys, records, batch.partition_id,
@@ -334,6 +372,30 @@ class ReasoningGymTrainer(FaultHooks, PPOTrainerSync):
             metrics[f"env/{key}"] = float(count)  # e.g. env/filtered_long_prompt/<task>, cumulative
         metrics["timing/data"] = self.train_dataset.pop_seconds()
         return metrics
+
+
+@register_trainer(TRAINER_NAME)
+class ReasoningGymTrainer(ReasoningGymAdditions, FaultHooks, PPOTrainerSync):
+    """verl's sync trainer on the task stream."""
+
+
+@register_trainer(ASYNC_TRAINER_NAME)
+class ReasoningGymAsyncTrainer(ReasoningGymAdditions, FaultHooks, PPOTrainerColocateAsync):
+    """verl's colocated async trainer on the task stream."""
+
+    name = ASYNC_TRAINER_NAME
+
+
+def carried_over_metrics(tags: list[dict], global_steps: int) -> dict[str, float]:
+    """async/carried_over: the share of a step's responses begun under weights older than the step's (verl's
+    `min_global_steps`, the weights a response's first token was sampled with; the step trains weights
+    `global_steps - 1`); async/resumed: the share continued across a weight update (partial rollout)."""
+    tags = [tag for tag in tags if not tag.get("is_padding", False) and tag.get("min_global_steps") is not None]
+    if not tags:
+        return {}
+    carried = sum(int(tag["min_global_steps"]) < global_steps - 1 for tag in tags)
+    resumed = sum(int(tag["max_global_steps"]) > int(tag["min_global_steps"]) for tag in tags)
+    return {"async/carried_over": carried / len(tags), "async/resumed": resumed / len(tags)}
 
 
 def read_records(keys: list[str], partition_id: str, max_response_length: int | None = None

@@ -208,3 +208,15 @@ def test_the_step_line_says_what_the_update_left_out_and_a_step_it_did_not_take(
     assert note(1.0, 1.0) == "  no optimizer step (every sequence had advantage 0)"
     assert note(0.75, 0.5) == "  update skipped 75% (zero advantage), no optimizer step on 50% of mini-batches"
     assert note(0.0, 0.0) == "" and skip_note(progress_event({"timing_s/step": 2.0}, step=1, total=2)) == ""
+
+
+def test_the_step_line_of_an_async_run_says_what_it_carried_over():
+    """Async mode's metrics on the step line (training/trainer/trainer.py carried_over_metrics, verl's staleness);
+    a sync run's line has no note."""
+    from training.launch.console import carried_note
+    from training.trainer.progress import progress_event
+
+    event = progress_event({"timing_s/step": 2.0, "async/carried_over": 0.375, "async/resumed": 0.125,
+                            "training/off_policy/trajectory_staleness_worst/max": 1}, step=3, total=4)
+    assert carried_note(event) == "  carried over 38% (resumed 12%, staleness <= 1)"
+    assert carried_note(progress_event({"timing_s/step": 2.0}, step=1, total=2)) == ""

@@ -16,7 +16,17 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from training.launch.config import compose_config, resolve_config
 from training.trainer.metrics import SampleRecord
-from training.trainer.trainer import TRAINER_NAME, VERL_MODE, GuardedReplayBuffer, ReasoningGymTrainer
+from training.trainer.trainer import (
+    ASYNC_TRAINER_NAME,
+    TRAINER_NAME,
+    VERL_MODES,
+    GuardedReplayBuffer,
+    ObservingReplayBufferAsync,
+    ReasoningGymAdditions,
+    ReasoningGymAsyncTrainer,
+    ReasoningGymTrainer,
+    carried_over_metrics,
+)
 
 
 def assigned_attributes(function) -> set[str]:
@@ -64,11 +74,39 @@ def test_contract_step_runs_before_checkpoint_and_logging():
 
 
 def test_contract_verl_branches_on_the_sync_literal():
-    """We register under our own name but run as verl's sync trainer: verl compares the mode with "sync"."""
-    assert VERL_MODE == "sync"
+    """We register under our own names but run as verl's sync or colocated async trainer: verl compares the mode
+    with "sync" (anything else is async: its replay buffer, a gen batch of 1, the in-flight prompts checkpointed in
+    TransferQueue and re-issued on resume) and reads the mode's own section (colocate_async.num_warmup_batches)."""
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
+    assert VERL_MODES == {TRAINER_NAME: "sync", ASYNC_TRAINER_NAME: "colocate_async"}
+    assert get_trainer_cls("colocate_async") is PPOTrainerColocateAsync
     assert 'self.trainer_mode == "sync"' in source(PPOTrainer._build_replay_buffer)
     assert 'self.trainer_mode != "sync"' in source(PPOTrainer._save_checkpoint)
+    assert 'self.trainer_mode != "sync"' in source(PPOTrainer._load_checkpoint)
+    assert 'self.trainer_mode == "sync"' in source(PPOTrainer._reissue_inflight_prompts)
     assert "self.trainer_mode = self.config.trainer.v1.trainer_mode" in source(PPOTrainer.__init__)
+    assert "self.config.trainer.v1.get(self.trainer_mode, {})" in source(PPOTrainer.__init__)
+
+
+def test_contract_colocated_async_pauses_the_rollout_and_resends_what_it_aborted():
+    """What the CPU server's pause (training/cpu_backend/rollout.py) and async/carried_over rely on: verl's colocated
+    async trainer aborts the replicas after sampling and resumes them after the weight update; its client sends an
+    "aborted" answer again with the partial response appended and records the weights' steps it spanned, which the
+    agent loop tags each trajectory with."""
+    from verl.trainer.ppo.v1 import agent_loop_tq
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+    assert "self.checkpoint_manager.abort_replicas()" in source(PPOTrainerColocateAsync.on_sample_end)
+    assert "self.checkpoint_manager.resume_generation_replicas()" in source(PPOTrainerColocateAsync.on_step_end)
+    assert "FullyAsyncLLMServerClient" in source(PPOTrainerColocateAsync.get_llm_client)
+    generate = source(FullyAsyncLLMServerClient.generate)
+    assert 'output.stop_reason not in ("aborted", "abort")' in generate
+    assert "prompt_ids=prompt_ids + final_output.token_ids" in generate
+    assert 'final_output.extra_fields["min_global_steps"] = min_global_steps' in generate
+    assert '"min_global_steps": field["extra_fields"].get("min_global_steps")' in source(
+        agent_loop_tq.AgentLoopWorkerTQ._agent_loop_postprocess)
 
 
 def test_contract_replay_buffer_polls_its_public_interval():
@@ -79,9 +117,15 @@ def test_contract_replay_buffer_polls_its_public_interval():
 
 
 def test_registered_in_verls_registry():
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
     assert get_trainer_cls(TRAINER_NAME) is ReasoningGymTrainer
+    assert get_trainer_cls(ASYNC_TRAINER_NAME) is ReasoningGymAsyncTrainer
     assert issubclass(ReasoningGymTrainer, PPOTrainerSync)
-    own = {name for name in vars(ReasoningGymTrainer) if not name.startswith("__")}
+    assert issubclass(ReasoningGymAsyncTrainer, PPOTrainerColocateAsync)
+    for trainer_cls in (ReasoningGymTrainer, ReasoningGymAsyncTrainer):  # nothing of ours beside the additions
+        assert {name for name in vars(trainer_cls) if not name.startswith("_")} <= {"name"}
+    own = {name for name in vars(ReasoningGymAdditions) if not name.startswith("__")}
     private_overrides = {n for n in own if n.startswith("_") and callable(getattr(PPOTrainer, n, None))}
     assert private_overrides == {"_init_dataloader", "_update_actor"}
 
@@ -100,11 +144,11 @@ def test_contract_update_actor_hands_the_batch_extra_info_to_the_actor():
 
 
 # ----- the real trainer on CPU -----
-def build_trainer(*overrides):
+def build_trainer(*overrides, trainer_cls=ReasoningGymTrainer):
     cfg = compose_config("quickstart", ["model=tiny", "data.max_prompt_length=512", "env.validation_size=4",
                                         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                         *overrides])
-    trainer = ReasoningGymTrainer(resolve_config(cfg, gpu_count=1))
+    trainer = trainer_cls(resolve_config(cfg, gpu_count=1))
     trainer._init_tokenizer()
     trainer._init_dataloader()
     trainer.global_steps = 0
@@ -127,6 +171,31 @@ def test_runs_as_verls_sync_trainer(trainer):
     assert trainer.total_training_steps == trainer.steps_per_epoch == 20
     assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 20
     assert len(trainer.val_dataset) == 4 and trainer.val_dataloader.batch_size == 4
+
+
+def test_the_async_trainer_runs_as_verls_colocated_async_trainer(tiny_model_dir):
+    """trainer.v1.trainer_mode=reasoning_gym_async: verl's async replay buffer with our guard and observer (its
+    evictions are observations), prompts fetched one at a time (verl refills exactly the groups it evicts), the same
+    stream and validation list."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+    trainer = build_trainer(f"trainer.v1.trainer_mode={ASYNC_TRAINER_NAME}", trainer_cls=ReasoningGymAsyncTrainer)
+    assert trainer.trainer_mode == "colocate_async" and trainer.config.data.gen_batch_size == 1
+    assert type(trainer.replay_buffer) is ObservingReplayBufferAsync
+    assert isinstance(trainer.replay_buffer, ReplayBufferAsync) and trainer.replay_buffer.observer is not None
+    assert trainer.replay_buffer.max_off_policy_threshold == 8 and trainer.parameter_sync_step == 1
+    batch = trainer._next_train_batch()
+    assert len(batch) == 4 and positions(batch) == [0, 1, 2, 3] and len(trainer.val_dataset) == 4
+
+
+def test_carried_over_counts_the_responses_begun_under_older_weights():
+    """Step 5 trains weights 4: a response sampled wholly under 4 is fresh; one begun under 3 is carried over,
+    resumed too if it finished under 4; padding and tags without versions (sync) are not counted."""
+    tags = [{"min_global_steps": 4, "max_global_steps": 4}, {"min_global_steps": 3, "max_global_steps": 4},
+            {"min_global_steps": 3, "max_global_steps": 3}, {"min_global_steps": 4, "max_global_steps": 4},
+            {"is_padding": True, "min_global_steps": 1, "max_global_steps": 1}]
+    assert carried_over_metrics(tags, 5) == {"async/carried_over": 0.5, "async/resumed": 0.25}
+    assert carried_over_metrics([{"min_global_steps": None}], 5) == {}
 
 
 def test_verl_fetches_batches_from_the_stream(trainer):
