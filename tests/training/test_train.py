@@ -356,3 +356,37 @@ def test_two_cpu_ranks_shard_the_actor_over_gloo(tmp_path, tiny_run):
     assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
     assert json.loads((actor / "fsdp_config.json").read_text())["FSDP_version"] == 2  # two ranks keep FSDP2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_async_mode_trains_checkpoints_resumes_and_exports(tiny_run, tmp_path):
+    """trainer.v1.trainer_mode=reasoning_gym_async (verl's colocated async trainer) on the CPU backend: two steps and
+    a checkpoint, a new process resumes for step 3 from it, with the prompts that were in flight restored from
+    TransferQueue's checkpoint; the export loads. Each response counts in the one step that trained it, no prompt is
+    trained twice, and none is staler than the off-policy bound."""
+    mode = "trainer.v1.trainer_mode=reasoning_gym_async"
+    first = train(tiny_run, tmp_path, "cpu", 2, mode, *NOISY)
+    resumed = train(tiny_run, tmp_path, "cpu", 3, mode, "trainer.save_freq=3", *NOISY)
+    assert (tmp_path / "ckpt" / "global_step_2" / "transfer_queue").is_dir()
+    assert "step:1 - " not in resumed and "training prompt groups from TransferQueue" in resumed
+    trained = [prompt for step in (1, 2, 3) for prompt in dumped_prompts(tmp_path, step)]
+    assert len(trained) == len(set(trained)) == 3 * PROMPTS
+    bound = compose_config_value(tiny_run, "trainer.v1.sampler.max_off_policy_threshold")
+    for step in (1, 2, 3):
+        metrics = step_metrics(run_logs(tmp_path), step)
+        assert metrics["env/samples"] == PROMPTS * SAMPLES and metrics["actor/grad_norm"] > 0
+        assert 0.0 <= metrics["async/carried_over"] <= 1.0
+        assert metrics["training/off_policy/trajectory_staleness_worst/max"] + 1 <= bound
+    assert "carried over" in first + resumed  # the step line's note
+    export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(tmp_path / "ckpt"), str(tmp_path / "hf"),
+                             "--dtype", "fp32", "--verify", "--quiet"], cwd=REPO, capture_output=True, text=True,
+                            timeout=600, env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+    assert export.returncode == 0, export.stdout[-3000:] + export.stderr[-3000:]
+    assert (tmp_path / "hf" / "config.json").is_file()
+
+
+def compose_config_value(tiny_run: list[str], key: str):
+    from training.launch.config import compose_config
+
+    return OmegaConf.select(compose_config("quickstart", tiny_run), key)

@@ -147,9 +147,32 @@ def mix_problems(cfg: DictConfig) -> list[str]:
     return []
 
 
+# our trainers' names in verl's registry (training/trainer/trainer.py; not imported here: it starts verl's workers)
+TRAINER_MODES = {"reasoning_gym": "sync", "reasoning_gym_async": "colocated async"}
+
+
+def trainer_mode_problems(cfg: DictConfig) -> list[str]:
+    """Returns problems of trainer.v1.*: a mode other than ours (verl's own trainers read no task stream), and an
+    async off-policy bound that cannot hold a response over a step (every response carried over is dropped)."""
+    v1 = cfg.trainer.v1
+    mode = str(v1.trainer_mode)
+    if mode not in TRAINER_MODES:
+        return [f"trainer.v1.trainer_mode={mode}: the task stream needs one of our trainers; set it to "
+                + " or ".join(f"{name} ({kind})" for name, kind in TRAINER_MODES.items())]
+    threshold = OmegaConf.select(cfg, "trainer.v1.sampler.max_off_policy_threshold")
+    strategy = OmegaConf.select(cfg, "trainer.v1.sampler.max_off_policy_strategy", default="drop")
+    if mode == "reasoning_gym_async" and threshold is not None and int(threshold) < 2 and strategy == "drop":
+        return [f"trainer.v1.sampler.max_off_policy_threshold={threshold} drops every response carried into the next "
+                "step, so async mode only wastes generation; set it to 2 or more (verl's default is 8), or train "
+                "in sync mode (trainer.v1.trainer_mode=reasoning_gym)"]
+    return []
+
+
 def check_config(cfg: DictConfig, visible_gpus: int) -> list[str]:
-    """Returns every problem found without loading a model (batch arithmetic, GPUs, model path, mix)."""
-    return batch_problems(cfg) + hardware_problems(cfg, visible_gpus) + model_problems(cfg) + mix_problems(cfg)
+    """Returns every problem found without loading a model (batch arithmetic, trainer mode, GPUs, model path,
+    mix)."""
+    return (batch_problems(cfg) + trainer_mode_problems(cfg) + hardware_problems(cfg, visible_gpus)
+            + model_problems(cfg) + mix_problems(cfg))
 
 
 def sample_prompt_lengths(cfg: DictConfig, tokenizer, count: int) -> dict[str, list[int]]:

@@ -201,3 +201,21 @@ def test_the_launch_states_what_the_reward_reads_and_gives():
                     "chat template with {'enable_thinking': True}")
     assert reward_line(compose_config("quickstart")) == ("answer: <answer>...</answer> after the reasoning, else the "
                                                          "last number; cut responses: zero")
+
+
+def test_the_trainer_mode_is_ours_and_an_async_bound_that_drops_every_carried_response_is_refused():
+    """trainer.v1.trainer_mode picks our sync or async trainer (verl's own read no task stream); in async mode an
+    off-policy bound of 1 under `drop` would discard every response carried into the next step."""
+    from training.launch.checks import trainer_mode_problems
+
+    def problems(*overrides):
+        return trainer_mode_problems(resolve_config(compose_config("quickstart", list(overrides)), gpu_count=1))
+
+    assert problems() == [] and problems("trainer.v1.trainer_mode=reasoning_gym_async") == []
+    [verl_own] = problems("trainer.v1.trainer_mode=sync")
+    assert "trainer.v1.trainer_mode=sync" in verl_own and "reasoning_gym_async (colocated async)" in verl_own
+    [bound] = problems("trainer.v1.trainer_mode=reasoning_gym_async", "trainer.v1.sampler.max_off_policy_threshold=1")
+    assert "max_off_policy_threshold=1" in bound and "set it to 2 or more" in bound
+    assert problems("trainer.v1.sampler.max_off_policy_threshold=1") == []  # sync: verl ignores the bound
+    assert problems("trainer.v1.trainer_mode=reasoning_gym_async", "trainer.v1.sampler.max_off_policy_threshold=1",
+                    "trainer.v1.sampler.max_off_policy_strategy=wait") == []
