@@ -152,8 +152,9 @@ TRAINER_MODES = {"reasoning_gym": "sync", "reasoning_gym_async": "colocated asyn
 
 
 def trainer_mode_problems(cfg: DictConfig) -> list[str]:
-    """Returns problems of trainer.v1.*: a mode other than ours (verl's own trainers read no task stream), and an
-    async off-policy bound that cannot hold a response over a step (every response carried over is dropped)."""
+    """Returns problems of trainer.v1.*: a mode other than ours (verl's own trainers read no task stream), an
+    off-policy bound or strategy verl refuses once its workers are up, and an async bound that cannot hold a response
+    over a step (every response carried over is dropped)."""
     v1 = cfg.trainer.v1
     mode = str(v1.trainer_mode)
     if mode not in TRAINER_MODES:
@@ -161,7 +162,13 @@ def trainer_mode_problems(cfg: DictConfig) -> list[str]:
                 + " or ".join(f"{name} ({kind})" for name, kind in TRAINER_MODES.items())]
     threshold = OmegaConf.select(cfg, "trainer.v1.sampler.max_off_policy_threshold")
     strategy = OmegaConf.select(cfg, "trainer.v1.sampler.max_off_policy_strategy", default="drop")
-    if mode == "reasoning_gym_async" and threshold is not None and int(threshold) < 2 and strategy == "drop":
+    if strategy not in ("drop", "wait"):
+        return [f"trainer.v1.sampler.max_off_policy_strategy={strategy}: set drop (a group older than the bound is "
+                "dropped and its prompt replaced) or wait (no prompt is sent that the bound would drop)"]
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+        return [f"trainer.v1.sampler.max_off_policy_threshold={threshold}: the bound is a whole number of steps, 1 "
+                "or more (verl's default is 8), or null for no bound"]
+    if mode == "reasoning_gym_async" and threshold is not None and threshold < 2 and strategy == "drop":
         return [f"trainer.v1.sampler.max_off_policy_threshold={threshold} drops every response carried into the next "
                 "step, so async mode only wastes generation; set it to 2 or more (verl's default is 8), or train "
                 "in sync mode (trainer.v1.trainer_mode=reasoning_gym)"]

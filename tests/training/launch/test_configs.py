@@ -205,7 +205,8 @@ def test_the_launch_states_what_the_reward_reads_and_gives():
 
 def test_the_trainer_mode_is_ours_and_an_async_bound_that_drops_every_carried_response_is_refused():
     """trainer.v1.trainer_mode picks our sync or async trainer (verl's own read no task stream); in async mode an
-    off-policy bound of 1 under `drop` would discard every response carried into the next step."""
+    off-policy bound of 1 under `drop` would discard every response carried into the next step; a bound or strategy
+    verl's replay buffer refuses is named before anything starts."""
     from training.launch.checks import trainer_mode_problems
 
     def problems(*overrides):
@@ -219,3 +220,11 @@ def test_the_trainer_mode_is_ours_and_an_async_bound_that_drops_every_carried_re
     assert problems("trainer.v1.sampler.max_off_policy_threshold=1") == []  # sync: verl ignores the bound
     assert problems("trainer.v1.trainer_mode=reasoning_gym_async", "trainer.v1.sampler.max_off_policy_threshold=1",
                     "trainer.v1.sampler.max_off_policy_strategy=wait") == []
+    # what verl's replay buffer asserts once the workers are up, in either mode, is said before anything starts
+    [strategy] = problems("trainer.v1.sampler.max_off_policy_strategy=skip")
+    assert "max_off_policy_strategy=skip" in strategy and "drop" in strategy and "wait" in strategy
+    for bad in ("0", "2.5", "eight"):
+        [threshold] = problems(f"trainer.v1.sampler.max_off_policy_threshold={bad}")
+        assert f"max_off_policy_threshold={bad}:" in threshold and "null for no bound" in threshold
+    assert problems("trainer.v1.trainer_mode=reasoning_gym_async",
+                    "trainer.v1.sampler.max_off_policy_threshold=null") == []
