@@ -10,7 +10,8 @@ c  the SmolLM2 checkpoint exported to Hugging Face, and the vLLM evaluator on th
 d  the timing: the SmolLM2 run's phases, generation tokens/s and launch -> first rollout (from b3), against vLLM
    alone on the same prompts with the same sampling
 g  speed at the sizes people train (issue 46): SmolLM2-135M and the Qwen2.5-1.5B / 0.5B architectures with random
-   weights (`random:` model paths), every response to its limit, 1 + 3 timed steps, no checkpoint
+   weights (`random:` model paths), every response to its limit, 1 + 3 timed steps, no checkpoint; the update's
+   skip on and off (g4); sync against async mode with thinking-length responses at the Qwen3-1.7B shape (g5)
 f  make quickstart's job (training.pipeline: train, export, the vLLM evaluator on base and trained, the verdict),
    each phase timed: run before e, whose tests take minutes
 e  the tests marked `gpu`
@@ -51,6 +52,19 @@ SKIP = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=f
         "actor_rollout_ref.model.path=random:qwen2.5-1.5b", "data.max_response_length=1024",
         "reward.custom_reward_function.path=gpu_kit/half_flat_reward.py",
         "reward.custom_reward_function.name=compute_score"]
+# issue 71: verl's sync and colocated async trainers at the Qwen3-1.7B shape (random weights) with thinking-length
+# responses: each request runs to a length drawn from a long tail (training/trainer/thinking_lengths.py: 15% to
+# the 4,096 limit, the rest log-uniform from 256), the same in both arms; one update a step, no KL loss, no entropy
+# bonus, half the groups flat (the update's skip as the quickstart trains); 16 prompts x 8 samples, 1 + 3 timed steps
+THINKING = ["actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.rollout.agent.default_agent_loop="
+            "rg_thinking_lengths", "trainer.val_before_train=false", "trainer.test_freq=-1",
+            "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+            "model=qwen3-1.7b",
+            "actor_rollout_ref.model.path=random:qwen3-1.7b", "data.max_response_length=4096",
+            "reward.custom_reward_function.path=gpu_kit/half_flat_reward.py",
+            "reward.custom_reward_function.name=compute_score"]
 # after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (docs/faults.md).
 # It stops every Ray process of the machine: the kit's machine runs nothing else.
 RAY_STOP = ["{kit}", "-m", "ray.scripts.scripts", "stop", "--force"]
@@ -160,6 +174,13 @@ def build_stages() -> list[Stage]:
                     "skip-qwen15b", SKIP, 4, 128, 480, save=False),
         train_stage("g4_noskip_qwen15b", "g4_skip_qwen15b with env.skip_zero_advantage=false: every sequence updated",
                     "noskip-qwen15b", [*SKIP, "env.skip_zero_advantage=false"], 4, 128, 540, save=False),
+        train_stage("g5_sync_qwen3", "verl's sync trainer, Qwen3-1.7B architecture, random weights: 16 x 8, "
+                    "thinking-length responses (15% to 4,096 tokens, training/trainer/thinking_lengths.py), "
+                    "1 + 3 timed steps",
+                    "sync-qwen3", [*THINKING, "trainer.v1.trainer_mode=reasoning_gym"], 4, 128, 600, save=False),
+        train_stage("g5_async_qwen3", "g5_sync_qwen3 in async mode (verl's colocated async trainer, partial "
+                    "rollout): the same prompts and lengths", "async-qwen3",
+                    [*THINKING, "trainer.v1.trainer_mode=reasoning_gym_async"], 4, 128, 600, save=False),
         quickstart_stage("f_quickstart", "make quickstart's job on CUDA, timed: 20 steps, export, the vLLM "
                          "evaluator on base and trained (greedy, the base cached), the comparison and its verdict", 0),
         # issue 47 item 2: a recipe is judged on 3 seeds or more; the base model's evaluation is cached by the first

@@ -10,9 +10,10 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
-KEPT = re.compile(r"^(timing_s/|perf/|response_length/mean|env/(reward|accuracy|samples|zero_variance_groups)$|"
+KEPT = re.compile(r"^(timing_s/|perf/|response_length/(mean|clip_ratio)|"
+                  r"env/(reward|accuracy|samples|zero_variance_groups)$|"
                   r"training/rollout_probs_diff_mean|training/rollout_actor_probs_pearson_corr|actor/(grad_norm|"
-                  r"ppo_kl|pg_loss|entropy)$|val-core/)")
+                  r"ppo_kl|pg_loss|entropy)$|val-core/|async/|training/off_policy/trajectory_staleness_worst/max)")
 
 
 def step_metrics(log: Path) -> dict[int, dict[str, float]]:
@@ -64,7 +65,9 @@ def train_run(run: str, sequences: int):
     """A training stage whose run writes into `run` and samples `sequences` responses a step: per step the kept
     metrics (from the run's metrics.jsonl; the console's step lines for a run from before it) and the generation's
     tokens/s (response tokens / timing_s/gen), the checkpoint's step, and from the step lines' arrival times the
-    seconds from launch to the first rollout (step 1 starts with it)."""
+    seconds from launch to the first rollout (step 1 starts with it) and from the first step's end to the last's
+    (`after_first_step_s`: the timed steps' wall time, with whatever ran between verl's step timers, such as an
+    async trainer's generation in the background)."""
 
     def collect(stage_dir: Path, log: Path, marks: dict[str, float]) -> dict:
         run_dir = stage_dir.parent / run
@@ -82,6 +85,9 @@ def train_run(run: str, sequences: int):
         if first is not None and f"step:{first}" in marks and "timing_s/step" in steps[first]:
             results["launch_to_step_end_s"] = round(marks[f"step:{first}"], 1)
             results["launch_to_first_rollout_s"] = round(marks[f"step:{first}"] - steps[first]["timing_s/step"], 1)
+            last = max(steps)
+            if last > first and f"step:{last}" in marks:
+                results["after_first_step_s"] = round(marks[f"step:{last}"] - marks[f"step:{first}"], 1)
         if startup := startup_record(run_dir / "ckpt"):
             results["startup"] = startup
         return results

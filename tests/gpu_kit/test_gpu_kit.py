@@ -341,11 +341,12 @@ def test_the_runner_lists_every_stage_of_the_gpu_path():
     assert fresh == {"b1_tiny_train": "{out}/runs/tiny", "b3_smollm2_train": "{out}/runs/smollm2",
                      "g1_speed_smollm2": "{out}/runs/speed-smollm2", "g2_speed_qwen15b": "{out}/runs/speed-qwen15b",
                      "g3_speed_qwen05b": "{out}/runs/speed-qwen05b", "g4_skip_qwen15b": "{out}/runs/skip-qwen15b",
-                     "g4_noskip_qwen15b": "{out}/runs/noskip-qwen15b"}  # not resumes
+                     "g4_noskip_qwen15b": "{out}/runs/noskip-qwen15b", "g5_sync_qwen3": "{out}/runs/sync-qwen3",
+                     "g5_async_qwen3": "{out}/runs/async-qwen3"}  # not resumes
     assert ids == ["a_machine", "a_actor_bench", "install_core", "install_kernels", "a_kit_env", "b1_tiny_train", "b2_tiny_resume",
                    "b3_smollm2_train", "b4_smollm2_resume", "c1_export", "c2_eval_vllm", "d_vllm_alone",
                    "g1_speed_smollm2", "g2_speed_qwen15b", "g3_speed_qwen05b", "g4_skip_qwen15b", "g4_noskip_qwen15b",
-                   "f_quickstart", "f_quickstart_seed1",
+                   "g5_sync_qwen3", "g5_async_qwen3", "f_quickstart", "f_quickstart_seed1",
                    "f_quickstart_seed2", "e_gpu_tests"]
 
 
@@ -372,6 +373,31 @@ def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages
 
     assert skip_refusal(composed["g4_skip_qwen15b"]) is None
     assert skip_refusal(composed["g4_noskip_qwen15b"]) == "env.skip_zero_advantage=false"
+
+
+def test_the_async_stages_differ_only_in_the_trainer_and_pass_the_launch_checks():
+    """g5: the same Qwen3-1.7B-shaped run with thinking-length responses in sync and in async mode; each passes the
+    launch's config checks, and its agent loop resolves to the registry entry that draws the lengths."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    from training.trainer.thinking_lengths import AGENT_LOOP_NAME, ThinkingLengthAgentLoop
+    from training.launch.checks import trainer_mode_problems
+    from training.launch.config import compose_config, resolve_config
+
+    stages = {stage.id: stage for stage in gpu_path.build_stages()}
+    sync, async_ = (stages[name].compose[1] for name in ("g5_sync_qwen3", "g5_async_qwen3"))
+    assert ([o for o in sync if "trainer_mode" not in o and "sync-qwen3" not in o]
+            == [o for o in async_ if "trainer_mode" not in o and "async-qwen3" not in o])
+    for overrides, mode in ((sync, "reasoning_gym"), (async_, "reasoning_gym_async")):
+        cfg = compose_config("quickstart", [o.replace("{out}", "/kit/out") for o in overrides
+                                            if not o.startswith("hydra.") and not o.endswith("random:qwen3-1.7b")])
+        assert cfg.trainer.v1.trainer_mode == mode and trainer_mode_problems(cfg) == []
+        assert cfg.data.max_response_length == 4096 and cfg.actor_rollout_ref.rollout.ignore_eos
+        agent = resolve_config(cfg, gpu_count=1).actor_rollout_ref.rollout.agent
+        assert agent.default_agent_loop == AGENT_LOOP_NAME
+        entries = {entry.name: entry for entry in OmegaConf.load(agent.agent_loop_config_path)}
+        assert hydra.utils.get_class(entries[AGENT_LOOP_NAME]._target_) is ThinkingLengthAgentLoop
 
 
 @pytest.mark.slow

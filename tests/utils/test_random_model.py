@@ -62,5 +62,5 @@ def test_a_random_model_path_names_a_shipped_architecture_or_lists_them(monkeypa
     assert launch_config.resolve_model_path("random:qwen2.5-1.5b") == str(tmp_path / "random-qwen2.5-1.5b")
     assert built == [("qwen2.5-1.5b.json", tmp_path / "random-qwen2.5-1.5b")]
     with pytest.raises(ValueError, match=r"random:llama-70b.*random:qwen2.5-0.5b, random:qwen2.5-1.5b, "
-                                         r"random:smollm2-135m"):
+                                         r"random:qwen3-1.7b, random:smollm2-135m"):
         launch_config.resolve_model_path("random:llama-70b")

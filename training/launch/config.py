@@ -25,8 +25,10 @@ VERL_CONFIG_SEARCHPATH = "pkg://verl.trainer.config"
 OFFLINE_PREFIX = "offline:"
 RANDOM_PREFIX = "random:"
 # our agent loop (a seed per sampled request, training/trainer/seeding.py) and verl's registry file that names it
+# (with the speed stages' loop, training/trainer/thinking_lengths.py)
 AGENT_LOOP_NAME = "rg_seeded_single_turn"
 AGENT_LOOPS_FILE = Path(__file__).resolve().parents[1] / "trainer" / "agent_loops.yaml"
+AGENT_LOOP_NAMES = (AGENT_LOOP_NAME, "rg_thinking_lengths")
 
 
 def run_name(mix: str, model: str) -> str:
@@ -108,8 +110,8 @@ def random_model_path(name: str) -> Path:
 def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
     """Fills the sentinels in place (model path, GPU count) and returns `cfg`.
 
-    Reads: actor_rollout_ref.model.path, trainer.n_gpus_per_node, rollout.agent.default_agent_loop (ours needs
-    verl's agent_loop_config_path to name its registry file). `gpu_count` defaults to the visible
+    Reads: actor_rollout_ref.model.path, trainer.n_gpus_per_node, rollout.agent.default_agent_loop (ours need
+    verl's agent_loop_config_path to name their registry file). `gpu_count` defaults to the visible
     CUDA devices; with none visible, `auto` becomes 1 (the preflight checks the config as a one-GPU run).
     """
     with open_dict(cfg):
@@ -119,7 +121,7 @@ def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
         if cfg.actor_rollout_ref.model.get("tokenizer_path") and str(cfg.actor_rollout_ref.model.tokenizer_path).startswith(OFFLINE_PREFIX):
             cfg.actor_rollout_ref.model.tokenizer_path = resolve_model_path(cfg.actor_rollout_ref.model.tokenizer_path)
         agent = cfg.actor_rollout_ref.rollout.agent
-        if agent.get("default_agent_loop") == AGENT_LOOP_NAME and not agent.get("agent_loop_config_path"):
+        if agent.get("default_agent_loop") in AGENT_LOOP_NAMES and not agent.get("agent_loop_config_path"):
             agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)  # absolute: verl's workers resolve it from their cwd
         if str(cfg.trainer.n_gpus_per_node) == "auto":
             count = visible_gpu_count() if gpu_count is None else gpu_count
