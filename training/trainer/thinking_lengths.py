@@ -4,8 +4,8 @@ The GPU kit's async stages (gpu_kit/gpu_path.py, g5) compare verl's sync and col
 Qwen3-1.7B shape with random weights, whose responses never stop by themselves (a random model almost never samples
 EOS): with `ignore_eos` every response would run to the limit, and a sync step would lose nothing to its longest. So
 each request gets its own `max_tokens`, drawn from its place in the stream (the prompt's index, the sample's number in
-its group), the same in both arms: 15% run to the limit, the rest log-uniform from 256 tokens up (median ~1,340,
-mean ~1,800 of 4,096), the shape of a thinking model's lengths on Reasoning Gym (hundreds to thousands of tokens).
+its group), the same in both arms: 15% run to the limit, the rest log-uniform from a sixteenth of it up (256 of
+4,096 tokens; median ~1,340, mean ~1,800), the shape of a thinking model's lengths on Reasoning Gym (hundreds to thousands of tokens).
 verl's vLLM server and the CPU backend's both honour a request's `max_tokens`, and verl's partial rollout continues
 an aborted request with what is left of it. It measures speed, nothing else.
 
@@ -22,14 +22,14 @@ from training.trainer.seeding import SeededSingleTurnAgentLoop, _scalar
 
 AGENT_LOOP_NAME = "rg_thinking_lengths"
 AT_LIMIT = 0.15  # the share of responses cut at the limit
-SHORTEST = 256  # the shortest drawn response, in tokens
+SHORTEST = 1 / 16  # the shortest drawn response, a share of the limit (256 of 4,096 tokens)
 
 
 def drawn_length(index: int, session: int, limit: int) -> int:
     """The response length of sample `session` of the prompt at stream `index`, at most `limit` tokens."""
     digest = hashlib.blake2b(f"{int(index)}/{int(session)}".encode(), digest_size=8).digest()
     unit = int.from_bytes(digest, "little") / 2**64
-    shortest = min(SHORTEST, limit)
+    shortest = max(1.0, SHORTEST * limit)
     if unit >= 1 - AT_LIMIT:
         return limit
     return max(1, int(shortest * (limit / shortest) ** (unit / (1 - AT_LIMIT))))
