@@ -61,8 +61,7 @@ THINKING = ["actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.roll
             "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.use_kl_loss=false",
             "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
-            "model=qwen3-1.7b",
-            "actor_rollout_ref.model.path=random:qwen3-1.7b", "data.max_response_length=4096",
+            "model=qwen3-1.7b", "actor_rollout_ref.model.path=random:qwen3-1.7b", "data.max_response_length=4096",
             "reward.custom_reward_function.path=gpu_kit/half_flat_reward.py",
             "reward.custom_reward_function.name=compute_score"]
 # after a training stage that failed or was stopped: Ray's node agents outlive a killed driver (docs/faults.md).

@@ -28,7 +28,6 @@ RANDOM_PREFIX = "random:"
 # (with the speed stages' loop, training/trainer/thinking_lengths.py)
 AGENT_LOOP_NAME = "rg_seeded_single_turn"
 AGENT_LOOPS_FILE = Path(__file__).resolve().parents[1] / "trainer" / "agent_loops.yaml"
-AGENT_LOOP_NAMES = (AGENT_LOOP_NAME, "rg_thinking_lengths")
 
 
 def run_name(mix: str, model: str) -> str:
@@ -107,6 +106,11 @@ def random_model_path(name: str) -> Path:
     return offline_models.build_random_model(config, offline_models.default_cache_dir() / f"random-{name}")
 
 
+def our_agent_loops() -> set[str]:
+    """The agent loops our registry file (AGENT_LOOPS_FILE) names."""
+    return {str(entry.name) for entry in OmegaConf.load(AGENT_LOOPS_FILE)}
+
+
 def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
     """Fills the sentinels in place (model path, GPU count) and returns `cfg`.
 
@@ -121,7 +125,7 @@ def resolve_config(cfg: DictConfig, gpu_count: int | None = None) -> DictConfig:
         if cfg.actor_rollout_ref.model.get("tokenizer_path") and str(cfg.actor_rollout_ref.model.tokenizer_path).startswith(OFFLINE_PREFIX):
             cfg.actor_rollout_ref.model.tokenizer_path = resolve_model_path(cfg.actor_rollout_ref.model.tokenizer_path)
         agent = cfg.actor_rollout_ref.rollout.agent
-        if agent.get("default_agent_loop") in AGENT_LOOP_NAMES and not agent.get("agent_loop_config_path"):
+        if agent.get("default_agent_loop") in our_agent_loops() and not agent.get("agent_loop_config_path"):
             agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)  # absolute: verl's workers resolve it from their cwd
         if str(cfg.trainer.n_gpus_per_node) == "auto":
             count = visible_gpu_count() if gpu_count is None else gpu_count

@@ -5,9 +5,9 @@ Qwen3-1.7B shape with random weights, whose responses never stop by themselves (
 EOS): with `ignore_eos` every response would run to the limit, and a sync step would lose nothing to its longest. So
 each request gets its own `max_tokens`, drawn from its place in the stream (the prompt's index, the sample's number in
 its group), the same in both arms: 15% run to the limit, the rest log-uniform from a sixteenth of it up (256 of
-4,096 tokens; median ~1,340, mean ~1,800), the shape of a thinking model's lengths on Reasoning Gym (hundreds to thousands of tokens).
-verl's vLLM server and the CPU backend's both honour a request's `max_tokens`, and verl's partial rollout continues
-an aborted request with what is left of it. It measures speed, nothing else.
+4,096 tokens; median ~1,340, mean ~1,800), the shape of a thinking model's lengths on Reasoning Gym (hundreds to
+thousands of tokens). verl's vLLM server and the CPU backend's both honour a request's `max_tokens`, and verl's
+partial rollout continues an aborted request with what is left of it. It measures speed, nothing else.
 
 Registered in training/trainer/agent_loops.yaml as `rg_thinking_lengths`; chosen with
 `actor_rollout_ref.rollout.agent.default_agent_loop=rg_thinking_lengths actor_rollout_ref.rollout.ignore_eos=true`.
