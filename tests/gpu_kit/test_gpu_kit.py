@@ -390,6 +390,7 @@ def test_the_async_stages_differ_only_in_the_trainer_and_pass_the_launch_checks(
     assert ([o for o in sync if "trainer_mode" not in o and "sync-qwen3" not in o]
             == [o for o in async_ if "trainer_mode" not in o and "async-qwen3" not in o])
     for overrides, mode in ((sync, "reasoning_gym"), (async_, "reasoning_gym_async")):
+        # the random model's path is left out: resolve_config would build its 1.7B weights
         cfg = compose_config("quickstart", [o.replace("{out}", "/kit/out") for o in overrides
                                             if not o.startswith("hydra.") and not o.endswith("random:qwen3-1.7b")])
         assert cfg.trainer.v1.trainer_mode == mode and trainer_mode_problems(cfg) == []
