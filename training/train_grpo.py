@@ -264,15 +264,19 @@ class AfterRayInit:
 
 @contextlib.contextmanager
 def sigterm_stops_training():
-    """Yields `install`: from then on SIGTERM raises Terminated in the main thread, which ends the launch like Ctrl-C
-    (Ray shut down, the resume command) with exit 143. A second SIGTERM during that clean-up ends the process at once
-    (the guardian removes what is left). Without a SIGTERM, the handler in place before `install` is put back."""
+    """Yields `install`: from then on SIGTERM says "[train] stopped by SIGTERM" at once and raises Terminated in the
+    main thread, which ends the launch like Ctrl-C (Ray shut down) with exit 143. Whatever the block does after the
+    signal (a library swallows the exception, the job's Ray cluster stops with it and a worker dies) ends it as
+    Terminated too. A second SIGTERM during that clean-up ends the process at once (the guardian removes what is
+    left). Without a SIGTERM, the handler in place before `install` is put back."""
     previous, received = [], []
 
     def on_sigterm(signum, frame):
         received.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated("SIGTERM")
+        stop = Terminated("SIGTERM")
+        say_stop(stop)
+        raise stop
 
     def install():
         if not previous:
@@ -280,10 +284,13 @@ def sigterm_stops_training():
 
     try:
         yield install
-    except KeyboardInterrupt as err:  # ray.get turns what the handler raised into a plain KeyboardInterrupt
-        if received and not isinstance(err, Terminated):
+    except BaseException as err:
+        if received and not isinstance(err, Terminated):  # ray.get makes a plain KeyboardInterrupt of it
             raise Terminated("SIGTERM") from err
         raise
+    else:
+        if received:
+            raise Terminated("SIGTERM")
     finally:
         if previous and not received:
             signal.signal(signal.SIGTERM, previous[0])

@@ -152,7 +152,10 @@ def test_sbatch_trains_on_two_nodes_a_second_job_resumes_and_scancel_stops_it_as
     record = slurm.wait_for_end(job, KILL_WAIT + 60)
     assert record["JobState"] == "CANCELLED" and "JobState=CANCELLED" in slurm.completion_record(job)
     output = out.read_text()
-    assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in output, output[-3000:]
+    logs = run_dir / "ckpt" / "logs"  # what the driver and the guardian saw, when the line is missing
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in output, (
+        output[-3000:] + "".join(f"\n--- {name}:\n{text(logs / name)[-3000:]}" for name in ("driver.log",
+                                                                                          "guardian.log")))
     try:
         wait_until(lambda: not job_processes(second, env) and not slurm.steps(), KILL_WAIT + 30, "nothing left")
     except AssertionError:

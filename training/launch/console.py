@@ -27,6 +27,8 @@ from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE
 
 MODES = ("quiet", "verbose")
 TAIL_LINES = 25
+STOP_LINE = {"fd": 2, "said": set()}  # where the stop line goes (the terminal while driver_console runs), and
+# what was said already: ray.get hands on a new KeyboardInterrupt for the one the handler raised
 
 
 class Terminated(KeyboardInterrupt):
@@ -246,16 +248,18 @@ def driver_console(cfg: DictConfig, started: float):
             os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
     printer = ProgressPrinter(progress, terminal, started)
     printer.start()
+    STOP_LINE.update(fd=saved[1], said=set())
     failure: BaseException | None = None
     try:
         yield logs
     except BaseException as err:  # noqa: BLE001 - summarised below, then raised as TrainingFailed
         failure = err
     finally:
+        if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
+            say_stop(failure)
+        STOP_LINE["fd"] = 2
         printer.stop_event.set()
         printer.join(timeout=5)
-        if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
-            say_stop(failure, saved[1])
         ray_logs = ray_logs_dir() or printer.ray_logs
         shutdown_ray()  # before the terminal is given back: what Ray says as it kills its workers goes to the log
         sys.stdout.flush(), sys.stderr.flush()
@@ -275,18 +279,19 @@ def driver_console(cfg: DictConfig, started: float):
                              failing_worker_log(failure, worker_logs)[1], error_log) from failure
 
 
-def say_stop(stop: KeyboardInterrupt, fd: int = 2) -> None:
-    """Writes "[train] interrupted" (Ctrl-C) or "[train] stopped by SIGTERM" and the resume command to `fd`, once.
-    The driver says it as soon as the stop reaches it: a scheduler follows SIGTERM with SIGKILL after a grace
-    (SLURM's KillWait, 30 s by default), and Ray's shutdown, its cluster's head stopping at the same moment, took
-    longer than that in CI (scancel: no line, as the job was killed)."""
-    if getattr(stop, "said", False):
+def say_stop(stop: KeyboardInterrupt, fd: int | None = None) -> None:
+    """Writes "[train] interrupted" (Ctrl-C) or "[train] stopped by SIGTERM" and the resume command to the terminal,
+    once. The SIGTERM handler says it the moment the signal arrives: a scheduler follows SIGTERM with SIGKILL after a
+    grace (SLURM's KillWait, 30 s by default), and what comes after the signal (Ray's shutdown, the cluster's head
+    stopping with the job) can outlast it, or lose the exception (twice in CI, scancel: no line, the job killed)."""
+    what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+    if what in STOP_LINE["said"]:
         return
     from training.trainer.faults import resume_command
 
-    what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
-    os.write(fd, f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}\n".encode())
-    stop.said = True
+    os.write(STOP_LINE["fd"] if fd is None else fd,
+             f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}\n".encode())
+    STOP_LINE["said"].add(what)
 
 
 def where_logs_are(cfg: DictConfig) -> str:

@@ -102,3 +102,71 @@ def test_the_stop_is_said_on_the_terminal_before_rays_shutdown(tmp_path, monkeyp
     assert "[train]" not in capfd.readouterr().err
     say_stop(KeyboardInterrupt())  # a Ctrl-C that never passed the console (a library swallowed it) is said by run()
     assert "[train] interrupted; to resume from the last checkpoint: python " in capfd.readouterr().err
+
+
+def sigterm_in(body, tmp_path, capfd):
+    """Runs `body(send)` inside driver_console (quiet) and sigterm_stops_training with our handler installed, `send`
+    sending this process SIGTERM; returns (the exception the launch ended with, the terminal's stderr at the moment
+    the body had just sent the signal)."""
+    import pytest
+    from omegaconf import OmegaConf
+
+    from training.launch.console import driver_console
+    from training.train_grpo import sigterm_stops_training
+
+    cfg = OmegaConf.create({"env": {"logs_dir": str(tmp_path / "logs"), "console": "quiet"}})
+    said = []
+
+    def send():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    def sent():
+        said.append(capfd.readouterr().err)
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stop:
+            with driver_console(cfg, time.time()), sigterm_stops_training() as install:
+                install()
+                body(send, sent)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    return stop.value, said[0]
+
+
+def test_a_sigterm_is_said_at_once_and_ends_the_launch_even_when_a_library_swallows_it(tmp_path, capfd):
+    """The line is on the terminal the moment the handler runs (in CI a scancelled job twice had none: what came after
+    the signal lost it or outlasted SLURM's 30 s grace); a Terminated that some library catches on its way up (a
+    __del__ or a callback) still ends the launch as stopped, not as a finished run."""
+    from training.launch.console import Terminated
+
+    def swallowed(send, sent):
+        try:
+            send()
+        except KeyboardInterrupt:
+            sent()
+
+    stop, said = sigterm_in(swallowed, tmp_path, capfd)
+    assert isinstance(stop, Terminated)
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint: python " in said
+    assert "stopped by SIGTERM" not in capfd.readouterr().err  # said once
+    assert not (tmp_path / "logs" / "error.log").exists()
+
+
+def test_a_worker_failure_after_a_sigterm_ends_the_launch_as_stopped_not_failed(tmp_path, capfd):
+    """A scheduler stops the whole job: the Ray cluster's head dies with the driver's SIGTERM, and the driver's wait on
+    the trainer can fail before the signal's exception arrives. That failure is the stop's doing."""
+    from training.launch.console import Terminated
+
+    def cluster_died(send, sent):
+        try:
+            send()
+        except KeyboardInterrupt:
+            sent()
+            raise RuntimeError("The actor died unexpectedly before finishing this task.") from None
+
+    stop, said = sigterm_in(cluster_died, tmp_path, capfd)
+    assert isinstance(stop, Terminated) and isinstance(stop.__cause__, RuntimeError)
+    assert "[train] stopped by SIGTERM" in said
+    assert not (tmp_path / "logs" / "error.log").exists()
