@@ -13,12 +13,18 @@ scores. The base model's evaluation is cached after its first run, so later seed
 Each seed's verdict (overall and per group, with the paired 95% interval), its times and the commands go to
 `<workdir>/results.jsonl`; a seed already judged there is read, not re-run, so an interrupted sweep resumes. Prints a
 markdown table of every (recipe, seed) in the file. Runs one after another: a CPU training run uses both cores.
+
+`--also-at 10 15` also judges each seed's checkpoint at those steps (the run saves at their greatest common divisor
+with its length), as the recipe stopped there would be judged: the same stream, seeds and constant step size, so the
+run up to step K is the K-step run (recorded as `NAME@K`, its training time the launch's to the end of step K).
+One training run then answers how many steps a recipe needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -113,19 +119,58 @@ def run_logged(cmd: list[str], log: Path) -> float:
     return time.time() - start
 
 
-def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dict:
-    """Trains one seed of a recipe and compares it with the base model; returns its results.jsonl record."""
-    run = workdir / name / f"seed{seed}"
-    train_cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "trainer.device=cpu",
-                 f"env.seed={seed}", f"trainer.default_local_dir={run}", *overrides]
+def run_length_of(overrides: list[str]) -> int:
+    """trainer.total_training_steps of the CPU quickstart with these overrides (env.on_cpu under the command line)."""
+    from training.launch.config import compose_config
+    from training.launch.hardware import apply_cpu_overrides
+
+    cfg = compose_config("quickstart", overrides)
+    apply_cpu_overrides(cfg, {o.split("=", 1)[0] for o in overrides})
+    return int(cfg.trainer.total_training_steps)
+
+
+def saving_at(overrides: list[str], steps: list[int]) -> list[str]:
+    """The overrides with trainer.save_freq set so that the run keeps a checkpoint at each of `steps` and its last."""
+    if not steps:
+        return overrides
+    length = run_length_of(overrides)
+    bad = [k for k in steps if not 0 < k < length]
+    if bad:
+        raise SystemExit(f"--also-at {bad}: each step must be inside the run's {length} steps")
+    every = math.gcd(length, *steps)
+    return [*[o for o in overrides if not o.startswith("trainer.save_freq=")], f"trainer.save_freq={every}"]
+
+
+def stopped_at(run: Path, step: int) -> Path:
+    """A view of the run folder as if training had stopped after `step`: links to all it holds but the later
+    checkpoints and the held-out folders, its latest-checkpoint marker `step`."""
+    view = run / f"at_step{step}"
+    view.mkdir(exist_ok=True)
+    for entry in run.iterdir():
+        later = entry.name.startswith("global_step_") and int(entry.name.split("_")[-1]) > step
+        skipped = later or entry.name.startswith(("heldout", "at_step", "latest_checkpointed_iteration"))
+        if not skipped and not (view / entry.name).exists():
+            (view / entry.name).symlink_to(entry)
+    (view / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
+    return view
+
+
+def step_end_seconds(run: Path, step: int, launched: float) -> float:
+    """Seconds from the launch to the end of `step`, from the run's progress events."""
+    for line in (run / "logs" / "progress.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("kind") == "step" and event.get("step") == step:
+            return event["time"] - launched
+    raise SystemExit(f"{run}: no step {step} in logs/progress.jsonl")
+
+
+def judge(name: str, overrides: list[str], seed: int, run: Path, heldout: Path, log: Path, train_cmd: list[str],
+          train_s: float) -> dict:
+    """Compares the latest checkpoint of the run folder `run` with the base model; returns a results.jsonl record."""
     judge_cmd = [sys.executable, "-m", "training.pipeline", "--config-name", "quickstart", "--trained", str(run),
-                 "--run-dir", str(run / "heldout"), "--eval-override", "decoding=[greedy]"]
-    train_log = workdir / name / f"seed{seed}.train.log"
-    print(f"[recipe] {name} seed {seed}: training ({train_log})", flush=True)
-    train_s = run_logged(train_cmd, train_log)
-    print(f"[recipe] {name} seed {seed}: trained in {train_s:.0f} s; held-out comparison", flush=True)
-    judge_s = run_logged(judge_cmd, workdir / name / f"seed{seed}.judge.log")
-    cmps = load_comparisons(str(run / "heldout" / "eval" / "compare"))
+                 "--run-dir", str(heldout), "--eval-override", "decoding=[greedy]"]
+    judge_s = run_logged(judge_cmd, log)
+    cmps = load_comparisons(str(heldout / "eval" / "compare"))
     _, cmp = decided(cmps)  # the comparison the verdict reads
     rows = {row["key"]: row for row in [*cmp["groups"], cmp["overall"]]}
     if (cmp.get("beyond_prior") or {}).get("ci95"):  # the pool the verdict decides on (evaluation/compare.py)
@@ -135,6 +180,27 @@ def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path) -> dic
             "rows": {key: {k: row.get(k) for k in ("base", "trained", "paired_delta", "ci95", "verdict")}
                      for key, row in rows.items()},
             "verdict": verdict_sentence(cmps)}
+
+
+def judge_seed(name: str, overrides: list[str], seed: int, workdir: Path, also_at: list[int] = ()) -> list[dict]:
+    """Trains one seed of a recipe and compares it with the base model at its end and at each step of `also_at`;
+    returns their results.jsonl records, the end's first."""
+    run = workdir / name / f"seed{seed}"
+    train_cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", "trainer.device=cpu",
+                 f"env.seed={seed}", f"trainer.default_local_dir={run}", *saving_at(overrides, list(also_at))]
+    train_log = workdir / name / f"seed{seed}.train.log"
+    print(f"[recipe] {name} seed {seed}: training ({train_log})", flush=True)
+    launched = time.time()
+    train_s = run_logged(train_cmd, train_log)
+    print(f"[recipe] {name} seed {seed}: trained in {train_s:.0f} s; held-out comparison", flush=True)
+    records = [judge(name, overrides, seed, run, run / "heldout", workdir / name / f"seed{seed}.judge.log", train_cmd,
+                     train_s)]
+    for step in also_at:
+        print(f"[recipe] {name} seed {seed}: held-out comparison at step {step}", flush=True)
+        records.append(judge(f"{name}@{step}", overrides, seed, stopped_at(run, step), run / f"heldout_step{step}",
+                             workdir / name / f"seed{seed}.judge{step}.log", train_cmd,
+                             step_end_seconds(run, step, launched)))
+    return records
 
 
 def cell(row: dict | None) -> str:
@@ -161,20 +227,24 @@ def main() -> None:
     parser.add_argument("--recipe", required=True, help="a name from RECIPES, or NAME:KEY=VALUE,KEY=VALUE")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--also-at", type=int, nargs="*", default=[],
+                        help="steps whose checkpoint is judged too, as if the run had stopped there")
     args = parser.parse_args()
     name, overrides = parse_recipe(args.recipe)
     results = args.workdir / "results.jsonl"
     args.workdir.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     for seed in args.seeds:
-        if any(r["recipe"] == name and r["seed"] == seed for r in done):
+        names = [name, *(f"{name}@{step}" for step in args.also_at)]
+        if all(any(r["recipe"] == n and r["seed"] == seed for r in done) for n in names):
             print(f"[recipe] {name} seed {seed}: judged already ({results})")
             continue
-        record = judge_seed(name, overrides, seed, args.workdir.resolve())
-        with open(results, "a") as out:  # one line per judged seed: a killed sweep loses at most the seed it ran
-            out.write(json.dumps(record) + "\n")
-        done.append(record)
-        print(f"[recipe] {name} seed {seed}: overall {cell(record['rows']['overall'])}", flush=True)
+        for record in judge_seed(name, overrides, seed, args.workdir.resolve(), args.also_at):
+            with open(results, "a") as out:  # a line per judgement: a killed sweep loses at most the seed it ran
+                out.write(json.dumps(record) + "\n")
+            done.append(record)
+            print(f"[recipe] {record['recipe']} seed {seed}: beyond prior {cell(record['rows'].get(BEYOND))}",
+                  flush=True)
     print(table(done))
 
 

@@ -99,3 +99,36 @@ def test_the_table_has_a_row_per_judged_seed(bench):
     assert lines[2].endswith("| - | - |")
     assert lines[3].endswith("| 0.383 -> 0.453, +0.070 [-0.010, +0.122] not resolved | "
                              "Not resolved beyond an answer prior |")
+
+
+def test_judging_earlier_steps_saves_there_and_views_the_run_as_stopped_there(bench, tmp_path):
+    """`--also-at 10 15`: the run saves every 5 steps (the quickstart's 20 and the steps asked); the judge reads a
+    view of the run folder whose latest checkpoint is step 10, without the later checkpoints or held-out folders;
+    the time recorded is the launch's to the end of step 10."""
+    import json
+
+    assert bench.saving_at(["a=1"], []) == ["a=1"]
+    assert bench.saving_at(["trainer.save_freq=20"], [10, 15]) == ["trainer.save_freq=5"]
+    assert bench.saving_at(["trainer.total_training_steps=12"], [8])[-1] == "trainer.save_freq=4"
+    with pytest.raises(SystemExit, match=r"--also-at \[20\]: each step must be inside the run's 20 steps"):
+        bench.saving_at([], [20])
+
+    run = tmp_path / "seed3"
+    for step in (5, 10, 15, 20):
+        (run / f"global_step_{step}").mkdir(parents=True)
+    (run / "latest_checkpointed_iteration.txt").write_text("20\n")
+    (run / "heldout").mkdir()
+    (run / "logs").mkdir()
+    (run / "scoring.json").write_text("{}")
+    events = [{"kind": "ready", "step": 0, "time": 100.0}, {"kind": "step", "step": 9, "time": 400.0},
+              {"kind": "step", "step": 10, "time": 431.5}]
+    (run / "logs" / "progress.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    view = bench.stopped_at(run, 10)
+    assert sorted(p.name for p in view.iterdir()) == ["global_step_10", "global_step_5",
+                                                      "latest_checkpointed_iteration.txt", "logs", "scoring.json"]
+    assert (view / "latest_checkpointed_iteration.txt").read_text() == "10\n"
+    assert (view / "global_step_10").resolve() == run / "global_step_10"
+    assert bench.stopped_at(run, 10) == view  # made again (a resumed sweep) without complaint
+    assert bench.step_end_seconds(run, 10, launched=31.5) == 400.0
+    with pytest.raises(SystemExit, match="no step 11"):
+        bench.step_end_seconds(run, 11, launched=0.0)
