@@ -27,8 +27,9 @@ from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE
 
 MODES = ("quiet", "verbose")
 TAIL_LINES = 25
-STOP_LINE = {"fd": 2, "said": set()}  # where the stop line goes (the terminal while driver_console runs), and
-# what was said already: ray.get hands on a new KeyboardInterrupt for the one the handler raised
+# Where the stop line goes (the terminal while driver_console runs), its resume command (made before training: the
+# handler that says it imports nothing), and what was said already (ray.get hands on a new KeyboardInterrupt).
+STOP_LINE = {"fd": 2, "resume": None, "said": set()}
 
 
 class Terminated(KeyboardInterrupt):
@@ -248,7 +249,7 @@ def driver_console(cfg: DictConfig, started: float):
             os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
     printer = ProgressPrinter(progress, terminal, started)
     printer.start()
-    STOP_LINE.update(fd=saved[1], said=set())
+    STOP_LINE.update(fd=saved[1], said=set(), resume=stop_resume_command())
     failure: BaseException | None = None
     try:
         yield logs
@@ -257,7 +258,7 @@ def driver_console(cfg: DictConfig, started: float):
     finally:
         if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
             say_stop(failure)
-        STOP_LINE["fd"] = 2
+        STOP_LINE.update(fd=2, resume=None)
         printer.stop_event.set()
         printer.join(timeout=5)
         ray_logs = ray_logs_dir() or printer.ray_logs
@@ -287,11 +288,16 @@ def say_stop(stop: KeyboardInterrupt, fd: int | None = None) -> None:
     what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
     if what in STOP_LINE["said"]:
         return
-    from training.trainer.faults import resume_command
-
+    resume = STOP_LINE.get("resume") or stop_resume_command()
     os.write(STOP_LINE["fd"] if fd is None else fd,
-             f"\n[train] {what}; to resume from the last checkpoint: {resume_command()}\n".encode())
+             f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
     STOP_LINE["said"].add(what)
+
+
+def stop_resume_command() -> str:
+    from training.trainer.faults import resume_command  # imports Ray and verl: done before training, not in a handler
+
+    return resume_command()
 
 
 def where_logs_are(cfg: DictConfig) -> str:
