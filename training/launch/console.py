@@ -23,12 +23,12 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict
 
 from training.launch.ray_logs import collect_worker_logs, link_ray_logs, ray_logs_dir, shutdown_ray
-from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE
+from training.trainer.progress import FAULT_FILE, HEARTBEAT_FILE, PROGRESS_FILE, resume_command
 
 MODES = ("quiet", "verbose")
 TAIL_LINES = 25
-# Where the stop line goes (the terminal while driver_console runs), its resume command (made before training: the
-# handler that says it imports nothing), and what was said already (ray.get hands on a new KeyboardInterrupt).
+# Where the stop line goes (the terminal while driver_console runs), its resume command (made before training), and
+# what was said already (ray.get hands on a new KeyboardInterrupt for the one the SIGTERM handler raised).
 STOP_LINE = {"fd": 2, "resume": None, "said": set()}
 
 
@@ -249,7 +249,7 @@ def driver_console(cfg: DictConfig, started: float):
             os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
     printer = ProgressPrinter(progress, terminal, started)
     printer.start()
-    STOP_LINE.update(fd=saved[1], said=set(), resume=stop_resume_command())
+    STOP_LINE.update(fd=saved[1], said=set(), resume=resume_command())
     failure: BaseException | None = None
     try:
         yield logs
@@ -288,16 +288,10 @@ def say_stop(stop: KeyboardInterrupt, fd: int | None = None) -> None:
     what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
     if what in STOP_LINE["said"]:
         return
-    resume = STOP_LINE.get("resume") or stop_resume_command()
+    resume = STOP_LINE.get("resume") or resume_command()
     os.write(STOP_LINE["fd"] if fd is None else fd,
              f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
     STOP_LINE["said"].add(what)
-
-
-def stop_resume_command() -> str:
-    from training.trainer.faults import resume_command  # imports Ray and verl: done before training, not in a handler
-
-    return resume_command()
 
 
 def where_logs_are(cfg: DictConfig) -> str:

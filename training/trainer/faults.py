@@ -21,9 +21,7 @@
 from __future__ import annotations
 
 import errno
-import shlex
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +29,7 @@ import ray
 import ray.util.scheduling_strategies
 from verl.experimental.reward_loop import reward_loop as verl_reward_loop
 
-from training.trainer.progress import read_fault
+from training.trainer.progress import read_fault, resume_command
 
 REWARD_WORKER_RESTARTS = 3  # per worker; past that its calls fail and the failed-sample check stops the run
 PING_SECONDS = 10.0
@@ -103,12 +101,6 @@ def dead_processes(trainer, settle_rounds: int = 2) -> list[str]:
         for i, again in zip(silent, probe([results[i].process for i in silent], PING_SECONDS)):
             results[i] = again
     return [result.describe() for result in results if result.state == DEAD]
-
-
-def resume_command(argv: list[str] | None = None) -> str:
-    """The command that continues this run (trainer.resume_mode=auto resumes from the latest complete checkpoint)."""
-    argv = list(sys.argv if argv is None else argv)
-    return " ".join(shlex.quote(part) for part in ["python", *argv])
 
 
 def is_disk_full(err: BaseException) -> bool:

@@ -1,4 +1,5 @@
-"""The run's progress as events in a file, and its fault as a record, for the driver's console (training/launch/console.py).
+"""The run's progress as events in a file, its fault as a record, and the command that resumes it, for the driver's
+console (training/launch/console.py).
 
 verl logs every step's metrics through its `Tracking` object (`trainer.logger`), in the Ray task runner's process;
 the driver, whose terminal the person watches, is another process. `ProgressTracking` wraps verl's Tracking: every
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -130,3 +133,9 @@ def read_fault(logs: Path) -> dict | None:
         return json.loads((Path(logs) / FAULT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command that continues this run (trainer.resume_mode=auto resumes from the latest complete checkpoint)."""
+    argv = list(sys.argv if argv is None else argv)
+    return " ".join(shlex.quote(part) for part in ["python", *argv])
