@@ -119,21 +119,21 @@ def run_logged(cmd: list[str], log: Path) -> float:
     return time.time() - start
 
 
-def run_length_of(overrides: list[str]) -> int:
-    """trainer.total_training_steps of the CPU quickstart with these overrides (env.on_cpu under the command line)."""
+def cpu_quickstart(overrides: list[str]):
+    """The quickstart config as a CPU run composes it: env.on_cpu applied, the command line winning over it."""
     from training.launch.config import compose_config
     from training.launch.hardware import apply_cpu_overrides
 
     cfg = compose_config("quickstart", overrides)
     apply_cpu_overrides(cfg, {o.split("=", 1)[0] for o in overrides})
-    return int(cfg.trainer.total_training_steps)
+    return cfg
 
 
 def saving_at(overrides: list[str], steps: list[int]) -> list[str]:
     """The overrides with trainer.save_freq set so that the run keeps a checkpoint at each of `steps` and its last."""
     if not steps:
         return overrides
-    length = run_length_of(overrides)
+    length = int(cpu_quickstart(overrides).trainer.total_training_steps)
     bad = [k for k in steps if not 0 < k < length]
     if bad:
         raise SystemExit(f"--also-at {bad}: each step must be inside the run's {length} steps")

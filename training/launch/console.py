@@ -280,7 +280,7 @@ def driver_console(cfg: DictConfig, started: float):
                              failing_worker_log(failure, worker_logs)[1], error_log) from failure
 
 
-def say_stop(stop: KeyboardInterrupt, fd: int | None = None) -> None:
+def say_stop(stop: KeyboardInterrupt) -> None:
     """Writes "[train] interrupted" (Ctrl-C) or "[train] stopped by SIGTERM" and the resume command to the terminal,
     once. The SIGTERM handler says it the moment the signal arrives: a scheduler follows SIGTERM with SIGKILL after a
     grace (SLURM's KillWait, 30 s by default), and what comes after the signal (Ray's shutdown, the cluster's head
@@ -289,8 +289,7 @@ def say_stop(stop: KeyboardInterrupt, fd: int | None = None) -> None:
     if what in STOP_LINE["said"]:
         return
     resume = STOP_LINE.get("resume") or resume_command()
-    os.write(STOP_LINE["fd"] if fd is None else fd,
-             f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
+    os.write(STOP_LINE["fd"], f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
     STOP_LINE["said"].add(what)
 
 
