@@ -44,12 +44,16 @@ def test_every_recipe_sets_what_it_names_over_the_cpu_quickstart(bench):
 
 
 def test_the_shipped_cpu_quickstart_is_the_recipe_that_helped_on_every_seed(bench):
-    """BENCHMARKS.md's every-seed sweep is of "skip32_16x4": the quickstart a user runs on a CPU must train that
+    """BENCHMARKS.md's every-seed sweep is of "skip10": the quickstart a user runs on a CPU must train that
     recipe, without validation (which does not change training: tests/training/test_train.py,
     test_one_seed_gives_one_run_resumed_or_not_validating_or_not)."""
     shipped = cpu_quickstart([])
-    assert_sets(shipped, bench.RECIPES["skip32_16x4"], "shipped")
+    assert_sets(shipped, bench.RECIPES["skip10"], "shipped")
     assert shipped.trainer.val_before_train is False and shipped.trainer.test_freq <= 0
+    # the recipes measured when the quickstart trained twenty steps still train twenty
+    assert shipped.trainer.total_training_steps == 10
+    for name in ("skip32_16x4", "steps20", "arith", "cutzero16x4"):
+        assert cpu_quickstart(bench.RECIPES[name]).trainer.total_training_steps == 20, name
 
 
 def test_the_earlier_recipes_train_the_letters_mix_and_the_arithmetic_ones_the_shipped_mix(bench):
@@ -103,16 +107,17 @@ def test_the_table_has_a_row_per_judged_seed(bench):
 
 
 def test_judging_earlier_steps_saves_there_and_views_the_run_as_stopped_there(bench, tmp_path):
-    """`--also-at 10 15`: the run saves every 5 steps (the quickstart's 20 and the steps asked); the judge reads a
+    """`--also-at 10 15` of a 20-step run: it saves every 5 steps (the run's 20 and the steps asked); the judge reads a
     view of the run folder whose latest checkpoint is step 10, without the later checkpoints or held-out folders;
     the time recorded is the launch's to the end of step 10."""
     import json
 
     assert bench.saving_at(["a=1"], []) == ["a=1"]
-    assert bench.saving_at(["trainer.save_freq=20"], [10, 15]) == ["trainer.save_freq=5"]
+    twenty = ["trainer.total_training_steps=20", "trainer.save_freq=20"]
+    assert bench.saving_at(twenty, [10, 15]) == [twenty[0], "trainer.save_freq=5"]
     assert bench.saving_at(["trainer.total_training_steps=12"], [8])[-1] == "trainer.save_freq=4"
-    with pytest.raises(SystemExit, match=r"--also-at \[20\]: each step must be inside the run's 20 steps"):
-        bench.saving_at([], [20])
+    with pytest.raises(SystemExit, match=r"--also-at \[10\]: each step must be inside the run's 10 steps"):
+        bench.saving_at([], [10])
 
     run = tmp_path / "seed3"
     for step in (5, 10, 15, 20):
