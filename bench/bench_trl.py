@@ -11,7 +11,7 @@
 All arms read their sizes and settings from ONE composed config: configs/quickstart.yaml with `trainer.device=cpu`,
 the bench's overrides and the CPU backend's application (env.on_cpu, training.launch.config.resolve_config,
 training.launch.hardware.apply_cpu_backend; the order of training/train_grpo.py), so the comparison follows whatever the
-quickstart says. They run one after the other (never at once: 2 cores), each in its own subprocess:
+quickstart says. They run one after the other in --arms' order (never at once: 2 cores), each in its own subprocess:
 
 - transformers, vllm (ours): `training/train_grpo.py --config-name quickstart trainer.device=cpu` with the same
   overrides and `actor_rollout_ref.rollout.name=transformers` (our rollout, training/cpu_backend/rollout.py) or `vllm`
@@ -86,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="sequences per forward/backward (actor/log-prob micro-batches); default: the config's")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any further hydra override, applied to every arm (repeatable)")
-    parser.add_argument("--arms", nargs="+", default=[*OURS_ARMS, "trl"], choices=[*OURS_ARMS, "trl"])
+    parser.add_argument("--arms", nargs="+", default=[*OURS_ARMS, "trl"], choices=[*OURS_ARMS, "trl"],
+                        help="which arms, run in this order (swap it to see how much the host drifted)")
     parser.add_argument("--out", type=Path, default=None,
                         help="work folder (default: bench/results/trl_<model>_<time>)")
     parser.add_argument("--install", action="store_true", help=f"install trl=={TRL_VERSION} into {TRL_SITE.name} first")
@@ -329,17 +330,16 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     result = {"model": args.model, "overrides": overrides, "settings": settings, "load_before": os.getloadavg()[0]}
     print(f"work folder: {workdir}", file=sys.stderr)
-    for arm in [a for a in OURS_ARMS if a in args.arms]:
+    result["order"] = list(dict.fromkeys(args.arms))  # run in the order given: swap it to see the host drift
+    for arm in result["order"]:
         load = os.getloadavg()[0]
-        steps, wall, first_rollout = run_ours(arm, overrides, workdir)
-        result[arm] = {"steps": steps, "wall_s": wall, "first_rollout_s": first_rollout,
-                       "load": [load, os.getloadavg()[0]]}
+        if arm == "trl":
+            steps, wall, extra = run_trl(args, settings, workdir)
+        else:
+            steps, wall, first_rollout = run_ours(arm, overrides, workdir)
+            extra = {"first_rollout_s": first_rollout}
+        result[arm] = {"steps": steps, "wall_s": wall, **extra, "load": [load, os.getloadavg()[0]]}
         print(f"{arm}: {len(steps)} steps in {wall:.0f} s wall (start-up included)", file=sys.stderr)
-    if "trl" in args.arms:
-        load = os.getloadavg()[0]
-        steps, wall, extra = run_trl(args, settings, workdir)
-        result["trl"] = {"steps": steps, "wall_s": wall, **extra, "load": [load, os.getloadavg()[0]]}
-        print(f"TRL: {len(steps)} steps in {wall:.0f} s wall (start-up included)", file=sys.stderr)
     result["load_after"] = os.getloadavg()[0]
     (workdir / "results.json").write_text(json.dumps(result, indent=1))
     print(report(result))

@@ -116,3 +116,28 @@ def test_the_report_puts_each_of_our_rollouts_beside_trl(bench, tiny_cfg):
     assert "| step | 9.00 | 6.00 | 10.00 | 0.90x | 0.60x |" in text
     assert "Launch -> first rollout: transformers 40.0 s, vllm 55.0 s" in text
     assert "transformers:\n\n| phase" in text and "vllm:\n\n| phase" in text and "TRL:\n\n| phase" in text
+
+
+def test_the_arms_run_in_the_order_given(bench, monkeypatch, tmp_path):
+    """`--arms trl transformers` runs TRL first (the host drifts within a session: swapping the order shows how
+    much); the order is recorded beside the results."""
+    ran = []
+
+    def ours(arm, overrides, workdir):
+        ran.append(arm)
+        return [], 1.0, 2.0
+
+    def trl(args, settings, workdir):
+        ran.append("trl")
+        return [], 3.0, {"trl": "1.16.0"}
+
+    monkeypatch.setattr(bench, "run_ours", ours)
+    monkeypatch.setattr(bench, "run_trl", trl)
+    monkeypatch.setattr(bench, "trl_installed", lambda: True)
+    monkeypatch.setattr(bench, "report", lambda result: "")
+    monkeypatch.setattr(sys, "argv", ["bench_trl.py", "--model", "tiny", "--steps", "3", "--out", str(tmp_path),
+                                      "--arms", "trl", "transformers", "trl"])
+    bench.main()
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert ran == result["order"] == ["trl", "transformers"]
+    assert result["trl"]["wall_s"] == 3.0 and result["transformers"]["first_rollout_s"] == 2.0
