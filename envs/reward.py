@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from envs.answers import (ANSWER_FORMS, after_reasoning, as_rendered, describe_format, final_answer, format_ok,
                           last_line, last_number, response_problem)
 from envs.generation import config_key
+from envs.hole_signals import pred_is_gold
 from envs.scorers import ANSWER_SHAPES, scorer_for, shape_problem
 
 
@@ -143,7 +144,9 @@ def _overlong(response_length: int | None, options: RewardOptions) -> float:
 
 
 # Every result holds these keys and one length key (see length_key).
-RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "overlong_penalty", "task", "pred", "reason")
+# pred_is_gold: the answer is the entry's gold, loosely (envs.hole_signals; None: the entry has several right answers)
+RESULT_FIELDS = ("score", "acc", "raw_score", "answer_found", "format_ok", "overlong_penalty", "task", "pred", "reason",
+                 "pred_is_gold")
 
 
 def length_key(response_length: int | None) -> str:
@@ -210,7 +213,7 @@ def score_response(
     result.update(
         score=base + options.format_reward * well_formed - penalty, acc=float(correct), raw_score=raw,
         answer_found=float(tagged), format_ok=float(well_formed), overlong_penalty=penalty,
-        pred=answer, reason=reason,
+        pred=answer, reason=reason, pred_is_gold=pred_is_gold(answer, entry),
     )
     return result
 

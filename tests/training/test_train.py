@@ -121,9 +121,13 @@ def test_two_steps_checkpoint_then_resume_takes_the_next_prompts(trained, tiny_t
         else:
             assert metrics["training/rollout_probs_diff_mean"] < 1e-3  # rollout and actor log-probs agree
         assert metrics["env/samples"] == PROMPTS * SAMPLES and "env/zero_variance_groups" in metrics
+        tasks = [key.split("/")[1] for key in metrics if re.fullmatch(r"env/[^/]+/samples", key)]
+        assert tasks and all(f"env/{task}/answer_collapse" in metrics for task in tasks)
+        assert all(metrics[f"env/{task}/full_marks_not_gold"] == 0.0 for task in tasks)  # a right answer is the gold
         assert metrics["timing/reward_max"] >= metrics["timing/reward_mean"] > 0
         assert metrics["actor/grad_norm"] > 0
     assert "step:1 - " not in resumed  # the new process started from the checkpoint, not from scratch
+    assert "reward hole?" not in first + resumed  # the step lines (training/launch/console.py) warn of none
     if device == "cpu":  # the quickstart's loss (test_shipped_configs.py holds every other config's step so)
         from training.launch.config import compose_config
 

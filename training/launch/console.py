@@ -194,7 +194,7 @@ class ProgressPrinter(threading.Thread):
                        f"{event.get('accuracy', float('nan')):.3f}  zero-variance {event.get('zero_variance', 0):.0%}"
                        f"  response {event.get('response_tokens', 0):.0f} tok  {event.get('step_seconds', 0):.1f} s"
                        f"  {event.get('tokens_per_second', 0):.0f} tok/s" + truncation_note(event) + skip_note(event)
-                       + carried_note(event))
+                       + carried_note(event) + hole_note(event))
             self.bar.update(step - self.bar.n)
             if "val_accuracy" in event:
                 self.show({**event, "kind": "validation"})
@@ -227,6 +227,11 @@ def carried_note(event: dict) -> str:
         return ""
     return (f"  carried over {event['carried_over']:.0%} (resumed {event.get('resumed', 0):.0%}, "
             f"staleness <= {event.get('staleness_max', 0):.0f})")
+
+
+def hole_note(event: dict) -> str:
+    """The step line's warnings of a task whose full marks look like a hole in the reward (envs.hole_signals)."""
+    return "".join(f"  {warning}" for warning in event.get("reward_holes") or ())
 
 
 @contextmanager

@@ -4,6 +4,8 @@ Keys: env/<task>/{reward,accuracy,answer_rate,format_rate,response_length,sample
 env/{reward,accuracy,answer_rate,format_rate}, env/zero_variance_groups (fraction of prompts whose samples all scored
 the same: no GRPO signal), env/truncated and env/truncated/<task> (share of responses cut at data.max_response_length),
 timing/score_max (the slowest response's time in our reward function),
+env/<task>/{full_marks_not_gold,answer_collapse} and the step line's reward-hole warnings (`reward_holes`, over every
+response scored in the step; envs.hole_signals),
 curriculum/<task>/level, sampling/<task>/{weight,signal,groups} (envs.sampler). The same function serves the trainer and the preflight, so both report alike.
 """
 
@@ -13,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Iterable, Mapping
+
+from envs.hole_signals import Scored, hole_reports
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class SampleRecord:
     score_seconds: float = 0.0  # wall time of our reward function for this response
     format_ok: float = 0.0  # 1.0 if the response was well formed (envs.answers.format_ok)
     truncated: float = 0.0  # 1.0 if the response reached data.max_response_length
+    pred: str | None = None  # the extracted answer
+    pred_is_gold: float | None = None  # 1.0 if it is the item's gold (envs.hole_signals); None: not known
 
 
 def reward_extra_info(extra_fields) -> dict:
@@ -37,15 +43,26 @@ def reward_extra_info(extra_fields) -> dict:
 
 def record_from_reward(task: str, group: str, reward_info: Mapping, score: float, response_length: float,
                        max_response_length: int | None = None) -> SampleRecord:
-    """Returns a SampleRecord from envs' reward dict (keys acc, answer_found, format_ok) and the score verl used; a
-    response of `max_response_length` tokens or more was cut (None: not known)."""
+    """Returns a SampleRecord from envs' reward dict (keys acc, answer_found, format_ok, pred, pred_is_gold) and the
+    score verl used; a response of `max_response_length` tokens or more was cut (None: not known)."""
     return SampleRecord(task=str(task), group=str(group), score=float(score),
                         accuracy=float(reward_info.get("acc", 0.0) or 0.0),
                         answer_found=float(reward_info.get("answer_found", 0.0) or 0.0),
                         response_length=float(response_length),
                         score_seconds=float(reward_info.get("score_seconds", 0.0) or 0.0),
                         format_ok=float(reward_info.get("format_ok", 0.0) or 0.0),
-                        truncated=float(bool(max_response_length) and response_length >= max_response_length))
+                        truncated=float(bool(max_response_length) and response_length >= max_response_length),
+                        pred=None if reward_info.get("pred") is None else str(reward_info["pred"]),
+                        pred_is_gold=_float_or_none(reward_info.get("pred_is_gold")))
+
+
+def _float_or_none(value) -> float | None:
+    """A float, or None for None, NaN (a missing value on its way through a table) and what is no number."""
+    try:
+        number = None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number is None or number != number else number
 
 
 def zero_variance_fraction(records: Iterable[SampleRecord]) -> float:
@@ -104,3 +121,17 @@ def groups_by_task(records: Iterable[SampleRecord]) -> dict[str, list[list[float
 def curriculum_metrics(levels: Mapping[str, int]) -> dict[str, float]:
     """Returns curriculum/<task>/level for every leveled task."""
     return {f"curriculum/{task}/level": float(level) for task, level in sorted(levels.items())}
+
+
+def reward_holes(records: Iterable[SampleRecord]) -> tuple[dict[str, float], list[str]]:
+    """Returns env/<task>/full_marks_not_gold and env/<task>/answer_collapse for every task in `records`, and the
+    warnings of the tasks whose full marks look like a hole in the reward (envs.hole_signals: its thresholds, and
+    what each number counts)."""
+    reports = hole_reports(Scored(r.task, r.group, r.accuracy, r.pred, r.pred_is_gold) for r in records)
+    metrics: dict[str, float] = {}
+    warnings: list[str] = []
+    for task, report in reports.items():
+        metrics[f"env/{task}/full_marks_not_gold"] = report.full_marks_not_gold
+        metrics[f"env/{task}/answer_collapse"] = report.answer_collapse
+        warnings.extend(report.warnings())
+    return metrics, warnings

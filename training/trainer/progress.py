@@ -6,6 +6,9 @@ the driver, whose terminal the person watches, is another process. `ProgressTrac
 `log()` still reaches verl's backends, and a few numbers of it are appended as one JSON line to
 `<env.logs_dir>/progress.jsonl`, which the driver reads. The trainer installs it where verl assigns `self.logger`.
 
+What is no number rides on the next step's event: the trainer hands it over with `hold_for_step` (the reward-hole
+warnings of training/trainer/metrics.py, `reward_holes`, which are also logged as warnings in the trainer's log).
+
 Every number of every `log()` also goes, whole, to `<env.logs_dir>/metrics.jsonl` (utils/metrics_file.py): the
 record to read a step's metrics from. verl's console line
 is a view: it reaches the driver through Ray's log monitor, which reads worker output line by line while it is being
@@ -15,6 +18,7 @@ written, and can cut a line of ~4 KiB in two (CI of 21748d5 lost the last key of
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shlex
 import sys
@@ -45,6 +49,7 @@ STEP_KEYS = {  # console name -> verl / env metric
     "staleness_max": "training/off_policy/trajectory_staleness_worst/max",
 }
 TRUNCATED_PREFIX = "env/truncated/"  # env/truncated/<task>: share of the task's responses cut (training/trainer/metrics.py)
+logger = logging.getLogger(__name__)
 VAL_ACCURACY = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 
 
@@ -93,6 +98,7 @@ class ProgressTracking:
     def __init__(self, tracking, logs: Path, total_steps: int):
         self._tracking, self._total = tracking, int(total_steps)
         self._progress, self._metrics = Path(logs) / PROGRESS_FILE, Path(logs) / METRICS_FILE
+        self.held: dict = {}  # fields for the next step event (hold_for_step)
         try:  # a killed process may have left half a line: this process's records start on a line of their own
             end_cut_line(self._metrics)
         except OSError:  # a view and a record: training goes on without them
@@ -104,6 +110,11 @@ class ProgressTracking:
             try:
                 append_event(self._metrics, metrics_record(data, step))
                 event = progress_event(data, step, self._total)
+                if event and event["kind"] == "step":
+                    event.update(self.held)
+                    self.held = {}
+                    for warning in event.get("reward_holes") or ():
+                        logger.warning("step %s: %s", step, warning)
                 if event:
                     append_event(self._progress, event)
             except (OSError, TypeError, ValueError):  # a view and a record: training goes on without them
@@ -111,6 +122,17 @@ class ProgressTracking:
 
     def __getattr__(self, name):
         return getattr(self._tracking, name)
+
+
+def hold_for_step(tracking, **fields) -> None:
+    """Puts `fields` (JSON values; an empty one takes back what was held under its name) on the next step event of
+    `tracking`, a ProgressTracking (anything else, None before verl assigns the logger, is left alone)."""
+    if isinstance(tracking, ProgressTracking):
+        for name, value in fields.items():
+            if value:
+                tracking.held[name] = value
+            else:
+                tracking.held.pop(name, None)
 
 
 def write_fault(logs: Path, kind: str, text: str, details: Path | None = None) -> bool:

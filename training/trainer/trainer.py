@@ -51,10 +51,11 @@ from training.trainer.metrics import (
     groups_by_task,
     record_from_reward,
     reward_extra_info,
+    reward_holes,
     scores_by_task,
     zero_variance_fraction,
 )
-from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event
+from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event, hold_for_step
 from training.trainer.rendezvous import choose_port_range, rendezvous_ports
 from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions, ordered_keys
 from training.update_skip import DATA_KEY, METRIC_PREFIX, skip_refusal
@@ -347,7 +348,7 @@ class ReasoningGymAdditions:
 
     def apply_feedback(self, records, dropped=()) -> dict[str, float]:
         """Feeds the step's groups to the curriculum (accuracies) and the task sampler (group scores); returns env/*
-        (of the trained batch), curriculum/*, sampling/* and timing/data metrics.
+        (of the trained batch; the reward-hole keys of all), curriculum/*, sampling/* and timing/data metrics.
 
         `dropped`: responses of groups verl generated and scored this step but dropped (dynamic sampling). They are
         observations like the others: the curriculum and the sampler see every scored group, and
@@ -363,6 +364,8 @@ class ReasoningGymAdditions:
         if moved:
             sampler.forget(moved)  # the task's past groups were of another level
         metrics = env_metrics(records)
+        holes, warnings = reward_holes(observed)  # dropped groups too: a hole's all-full-marks groups are flat
+        metrics.update(holes), hold_for_step(self.logger, reward_holes=warnings)
         metrics.update(curriculum_metrics(curriculum.levels()))
         metrics.update(sampler.metrics())
         metrics["sampling/observed_zero_variance_groups"] = zero_variance_fraction(observed)

@@ -346,3 +346,25 @@ def test_sampler_weights_are_logged_and_saved_in_data_pt(tmp_path, tiny_model_di
     resumed.train_dataloader.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
     assert positions(resumed._next_train_batch()) == expected
     assert resumed.train_dataset.sampler.weights() == weights
+
+
+def test_reward_holes_count_dropped_groups_and_ride_on_the_step_event(tiny_model_dir, tmp_path):
+    """env/<task>/{full_marks_not_gold,answer_collapse} read every group scored in the step, those dynamic sampling
+    dropped too (a hole's groups are all full marks: flat, dropped), and the warnings reach the next step event."""
+    import json
+
+    class Tracking:  # verl's Tracking's interface
+        def log(self, data, step, backend=None):
+            pass
+
+    dapo = build_trainer("algorithm.filter_groups.enable=true", f"env.logs_dir={tmp_path}")
+    dapo.logger = Tracking()  # verl assigns its Tracking in fit(); ours wraps it (training/trainer/progress.py)
+    holed = [SampleRecord("chain_sum", f"g{i}", 1.0, 1.0, 1.0, 10.0, pred="7", pred_is_gold=0.0) for i in range(4)]
+    metrics = dapo.apply_feedback(group("basic_arithmetic", "k", [1.0, 0.0]), holed)
+    assert metrics["env/chain_sum/full_marks_not_gold"] == 1.0 == metrics["env/chain_sum/answer_collapse"]
+    assert "env/chain_sum/accuracy" not in metrics  # the other env/* keys are the trained batch's
+    dapo.logger.log(data={"timing_s/step": 1.0, **metrics}, step=1)
+    event = json.loads((tmp_path / "progress.jsonl").read_text().splitlines()[-1])
+    assert event["reward_holes"] == [
+        'reward hole? chain_sum: 4 of 4 full marks are not the gold (most often "7", 4x)',
+        'reward hole? chain_sum: one answer, "7", has full marks on 4 of 4 items whose golds differ']
