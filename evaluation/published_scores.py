@@ -55,37 +55,47 @@ def model_folders(eval_repo: Path, name: str) -> list[Path]:
     return sorted(path for path in root.iterdir() if path.is_dir())
 
 
+def match_results(results: list[dict], items: dict):
+    """Yields (published result, the suite item it answers or None when this Reasoning Gym no longer draws its
+    question). `items` is {question: [SuiteItem, ...] in position order}: a task can draw one question at several
+    positions, and the k-th published result with a question is the k-th position holding it."""
+    seen: Counter = Counter()
+    for result in results:
+        holding = items.get(result["question"], [])
+        yield result, holding[seen[result["question"]]] if seen[result["question"]] < len(holding) else None
+        seen[result["question"]] += 1
+
+
+def completion_texts(result: dict) -> list[str]:
+    """A published result's completions (its best one when the file lists none); a missing text is empty."""
+    texts = [c["full_model_response"] for c in result.get("completions") or []] or [result["best_full_model_response"]]
+    return [text or "" for text in texts]
+
+
 def rescore_file(path: Path, items: dict, options) -> dict:
-    """One published task file against the suite's items of that task ({question: [SuiteItem, ...] in position
-    order}; a task can draw one question at several positions, and the k-th published result with a question is
-    the k-th position holding it): the rescored accuracy by position, the items left out, the published average
-    score."""
+    """One published task file against the suite's items of that task (match_results): the rescored accuracy by
+    position, the items left out, the published average score."""
     from evaluation.backends.base import Completion
     from evaluation.runner import score_completions
 
     published = json.loads(path.read_text())
     accuracy: dict[int, float] = {}
     left_out = 0
-    seen: Counter = Counter()
-    for result in published["results"]:
-        holding = items.get(result["question"], [])
-        item = holding[seen[result["question"]]] if seen[result["question"]] < len(holding) else None
-        seen[result["question"]] += 1
+    for result, item in match_results(published["results"], items):
         if item is None:
             left_out += 1
             continue
-        texts = [c["full_model_response"] for c in result.get("completions") or []] or [
-            result["best_full_model_response"]]
         # the published files do not say which completions hit their token limit: scored as complete
-        completions = [Completion(text=text or "", num_tokens=None, finish_reason=None) for text in texts]
+        completions = [Completion(text=text, num_tokens=None, finish_reason=None) for text in completion_texts(result)]
         scored = score_completions(item, completions, options)
         accuracy[position(item)] = sum(float(s["acc"]) for s in scored) / len(scored)
     return {"accuracy": accuracy, "left_out": left_out,
             "published_mean_score": published.get("average_mean_score")}
 
 
-def rescore_set(eval_repo: Path, name: str, only: set[str] | None = None) -> dict:
-    """Every published run of set `name` rescored (`only`: just these "<category>/<task>" keys)."""
+def suite_items(name: str, only: set[str] | None = None) -> tuple:
+    """The suite of set `name` (`only`: just these "<category>/<task>" keys) as the evaluator scores it: (its reward
+    options, {task key: {question: [SuiteItem, ...] in position order}}, {task key: [question hash by position]})."""
     import dataclasses
 
     from evaluation.config import load_config, reward_options
@@ -95,13 +105,18 @@ def rescore_set(eval_repo: Path, name: str, only: set[str] | None = None) -> dic
     if only:
         cfg = dataclasses.replace(cfg, categories=[
             dataclasses.replace(c, tasks=[t for t in c.tasks if f"{c.name}/{t.key}" in only]) for c in cfg.categories])
-    options = reward_options(cfg)
     by_task: dict[str, dict[str, list]] = {}
     hashes: dict[str, list] = {}
     for item in build_suite(cfg):
         assert position(item) == len(hashes.get(item.result_key, [])), item.item_id  # a task's items in order
         by_task.setdefault(item.result_key, {}).setdefault(item.entry["question"], []).append(item)
         hashes.setdefault(item.result_key, []).append(question_hash(item.entry["question"]))
+    return reward_options(cfg), by_task, hashes
+
+
+def rescore_set(eval_repo: Path, name: str, only: set[str] | None = None) -> dict:
+    """Every published run of set `name` rescored (`only`: just these "<category>/<task>" keys)."""
+    options, by_task, hashes = suite_items(name, only)
     sizes = {key: len(found) for key, found in hashes.items()}
     models: dict[str, dict] = {}
     left_out: Counter = Counter()
