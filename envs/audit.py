@@ -1,92 +1,48 @@
-"""The scorer audit: each task of a mix tried with its gold answers and near misses, and its prompts measured.
+"""The scorer audit: each task of a mix tried with its gold answers, the wrong answers a policy finds and the right
+answer's other forms, and its prompts measured.
 
     python -m envs.audit --mix my_mix.yaml                                  # one line a task
     python -m envs.audit --mix quickstart --model PATH --max-prompt-length 128 --system-prompt "Answer ..."
     python -m envs.audit --all-tasks --markdown                             # docs/task-stream.md's table
 
 On `items` items a task it scores the gold answer (the entry's, or its example answer where several are right) and
-near misses of it: text appended, the answer twice, its last letter or digit dropped, its case swapped, its spacing
-changed, an empty answer. A near miss with the gold's value (`12.0` for `12.00`, a list spaced otherwise, fewer
-decimals) is not tried. A near miss that scores as right is accepted when envs.scorers.ACCEPTED_LENIENCIES says why it
-is harmless; otherwise it is a hole, and the command exits 1, as it does when a gold answer does not score 1 or a
-prompt is longer than --max-prompt-length. Scoring is envs.reward.score_answer's, the one training and evaluation use.
+the wrong answers a policy finds: near misses (text appended, the answer twice, its last letter or digit dropped, its
+spacing changed, an empty answer), structural changes by the answer's shape (envs.wrong_answers: an element more or
+fewer or two swapped, a row or column more or fewer or transposed, a number negated, plus one or times ten, another
+unit), every other item's gold (cross_item) and a few constant answers given to every item (no answer may score 1 on
+more items than its gold's). A wrong answer that scores as right is accepted when envs.verifiers confirms it solves
+the item (tasks with several right answers) or envs.scorers.ACCEPTED_LENIENCIES says why it is harmless; otherwise it
+is a HOLE. The gold in each form of envs.answer_forms (`20.0`, `1,234`, `$x$`, a grid's line ends, letter case, a
+full stop) must score 1 where the task reads it as the same answer and 0 where it is another (MISSED or HOLE). Any
+of these, a gold that does not score 1, or a prompt longer than --max-prompt-length makes the command exit 1.
+Scoring is envs.reward.score_answer's, the one training and evaluation use.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from envs.answer_forms import FORMS, form_meaning, gold_answer, written_as
 from envs.curriculum import leveled_config
 from envs.generation import generate_entry
 from envs.mix import load_mix, mix_path
 from envs.reward import score_answer
-from envs.scorers import ACCEPTED_LENIENCIES, ANSWER_SHAPES, REPAIRED_SCORERS
+from envs.scorers import ACCEPTED_LENIENCIES, ANSWER_SHAPES, is_repaired
 from envs.tasks import SLOW_TASKS, all_tasks, check_task_name
+from envs.verifiers import solves
+from envs.wrong_answers import NEAR_MISSES, STRUCTURAL_CHANGES, same_answer, wrong_answers
 
-NEAR_MISSES = ("appended", "twice", "dropped_last", "case", "whitespace", "empty")
-EXAMPLE_ANSWER_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
+WRONG_CASES = NEAR_MISSES + STRUCTURAL_CHANGES + ("cross_item", "constant")
+CONSTANTS = ("0", "1", "-1", "2", "True", "False", "Yes", "No", "None", "[]", "{}", "A")  # answers any item is given
 ITEMS = 24
 SLOW_ITEMS = 4  # at most this many items of a slow generator (futoshiki: 3 s an item): a mix's audit takes seconds
 SLOW = SLOW_TASKS | {"acre", "arc_agi"}
 SPLIT = "validation"  # the items training validates on and the held-out tasks' items
-
-
-def gold_answer(entry: dict[str, Any]) -> str | None:
-    """The entry's answer; for tasks with several right answers (answer None), the example its metadata holds."""
-    if entry["answer"] is not None:
-        return str(entry["answer"])
-    metadata = entry.get("metadata", {})
-    for key in EXAMPLE_ANSWER_KEYS:
-        if key in metadata:
-            value = metadata[key]
-            return value if isinstance(value, str) else json.dumps(value)
-    return None
-
-
-def _parsed(text: str) -> Any:
-    for parse in (float, ast.literal_eval):
-        try:
-            return parse(text.strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-    return None
-
-
-def same_answer(a: str, b: str) -> bool:
-    """True if two answers are the same text or parse to the same number or Python literal ("12.0" and "12.00",
-    "[1, 2]" and "[1,2]")."""
-    if a.strip() == b.strip():
-        return True
-    parsed = _parsed(a)
-    return parsed is not None and parsed == _parsed(b)
-
-
-def _drop_last_letter_or_digit(gold: str) -> str | None:
-    """The gold without its last letter or digit; None when there is none, or when that digit is a number's last
-    decimal and a 0 ("-100.0" -> "-100.", the same number) or one of two or more ("3.14" -> "3.1", a rounding that a
-    task's tolerance may accept)."""
-    for i in range(len(gold) - 1, -1, -1):
-        if gold[i].isalnum():
-            if re.search(r"\d\.(?:\d*0|\d{2,})$", gold[:i + 1]):
-                return None
-            return gold[:i] + gold[i + 1:]
-    return None
-
-
-def near_misses(gold: str) -> dict[str, str]:
-    """{case: wrong answer} for the NEAR_MISSES of `gold` that differ from it in value (see same_answer)."""
-    middle = len(gold) // 2
-    spacing = re.sub(r"\s+", "", gold) if re.search(r"\s", gold.strip()) else gold[:middle] + " " + gold[middle:]
-    cases = {"appended": gold + "xyz", "twice": f"{gold} {gold}", "dropped_last": _drop_last_letter_or_digit(gold),
-             "case": gold.swapcase(), "whitespace": spacing if middle else None, "empty": ""}
-    return {name: text for name, text in cases.items() if text is not None and not same_answer(text, gold)}
 
 
 @dataclass
@@ -98,19 +54,40 @@ class TaskAudit:
     items: int = 0  # items with a gold answer, tried
     no_gold: int = 0  # items whose answer is checked procedurally, with no example answer to try
     gold_missed: list[str] = field(default_factory=list)  # the gold answers that did not score 1, with their scores
-    tried: Counter = field(default_factory=Counter)  # near miss -> items it was tried on
-    accepted: Counter = field(default_factory=Counter)  # near miss -> items where it scored as right
+    tried: Counter = field(default_factory=Counter)  # wrong-answer case -> answers tried
+    accepted: Counter = field(default_factory=Counter)  # wrong-answer case -> those that scored as right
+    verified: Counter = field(default_factory=Counter)  # ... of which envs.verifiers confirms they solve the item
+    example: dict = field(default_factory=dict)  # wrong-answer case -> one unverified answer that scored as right
+    forms_tried: Counter = field(default_factory=Counter)  # answer form -> golds written in that form
+    forms_full: Counter = field(default_factory=Counter)  # ... that scored 1
+    prior: tuple[float, str] = (0.0, "")  # (share of items, answer): the most common gold, the task's answer prior
     prompt_tokens: int | None = None  # the longest rendered prompt, when a tokenizer was given
+
+    def unexplained(self, case: str) -> int:
+        """Answers of `case` that scored as right without a check saying they solve the item."""
+        return self.accepted[case] - self.verified[case]
 
     @property
     def holes(self) -> list[str]:
-        """Near misses that scored as right and that envs.scorers.ACCEPTED_LENIENCIES does not explain."""
+        """Wrong-answer cases that scored as right, that envs.verifiers does not confirm and that
+        envs.scorers.ACCEPTED_LENIENCIES does not explain."""
         known = ACCEPTED_LENIENCIES.get(self.task, {})
-        return [case for case in NEAR_MISSES if self.accepted[case] and case not in known]
+        return [case for case in WRONG_CASES if self.unexplained(case) and case not in known]
+
+    @property
+    def form_problems(self) -> list[str]:
+        """Forms the task reads as the same answer that did not score 1, and forms of another answer that did."""
+        problems = []
+        for form in FORMS:
+            same, _ = form_meaning(self.task, form)
+            if self.forms_tried[form] and (self.forms_full[form] < self.forms_tried[form] if same
+                                           else self.forms_full[form]):
+                problems.append(form)
+        return problems
 
     @property
     def scorer(self) -> str:
-        return "repaired" if self.task in REPAIRED_SCORERS else "Reasoning Gym's"
+        return "repaired" if is_repaired(self.task) else "Reasoning Gym's"
 
     def prompt_problem(self, max_prompt_length: int | None) -> str | None:
         if max_prompt_length is None or self.prompt_tokens is None or self.prompt_tokens <= max_prompt_length:
@@ -119,33 +96,66 @@ class TaskAudit:
                 f"{max_prompt_length}; set data.max_prompt_length={self.prompt_tokens} or more, or make the task "
                 "easier in the mix")
 
-    def findings(self) -> tuple[str, str]:
-        """(gold, near misses): the two halves of the audit's line and table row for this task."""
+    def findings(self) -> tuple[str, str, str]:
+        """(gold, wrong answers, forms): the three parts of the audit's line and table row for this task."""
         if not self.items:
-            return f"no gold answer to try ({self.no_gold} items checked procedurally)", "-"
-        gold = f"1 on {self.items - len(self.gold_missed)}/{self.items}"
+            return f"no gold answer to try ({self.no_gold} items checked procedurally)", "-", "-"
+        gold = f"1 on {self.items - len(self.gold_missed)}/{self.items}; prior {self.prior[0]:.2f}"
         if self.gold_missed:
             gold += f" (MISSED: {'; '.join(self.gold_missed[:2])})"
         known = ACCEPTED_LENIENCIES.get(self.task, {})
-        parts = [f"{case} {self.accepted[case]}/{self.tried[case]}"
-                 + (f" accepted: {known[case]}" if case in known else " HOLE: a wrong answer scores as right")
-                 for case in NEAR_MISSES if self.accepted[case]]
-        return gold, "; ".join(parts) or "none scores as right"
+        parts = []
+        for case in WRONG_CASES:
+            if not self.accepted[case]:
+                continue
+            text = f"{case} {self.accepted[case]}/{self.tried[case]}"
+            if self.verified[case]:
+                text += f" ({self.verified[case]} solve the item: envs.verifiers)"
+            if self.unexplained(case):
+                text += (f" accepted: {known[case]}" if case in known
+                         else f" HOLE: a wrong answer scores as right, e.g. {self.example[case]!r}")
+            parts.append(text)
+        forms = []
+        for form in FORMS:
+            if self.forms_tried[form]:
+                same, why = form_meaning(self.task, form)
+                text = f"{form} {self.forms_full[form]}/{self.forms_tried[form]}"
+                if form in self.form_problems:
+                    text += (" MISSED: the same answer scores 0" if same else " HOLE: another answer scores 1")
+                forms.append(text + ("" if same else f" (another answer: {why})"))
+        return gold, "; ".join(parts) or "none scores as right", "; ".join(forms) or "-"
 
     def line(self, max_prompt_length: int | None = None) -> str:
-        """One line for the console: scorer, gold, near misses that scored as right and why, prompt length."""
-        gold, misses = self.findings()
-        text = f"{self.key}: {self.scorer} scorer; gold {gold}; near misses: {misses}"
+        """One line for the console: scorer, gold and prior, wrong answers that scored as right and why, the right
+        answer's forms, prompt length."""
+        gold, wrong, forms = self.findings()
+        text = f"{self.key}: {self.scorer} scorer; gold {gold}; wrong answers: {wrong}; forms: {forms}"
         if self.prompt_tokens is not None:
             text += "; " + (self.prompt_problem(max_prompt_length) or f"prompts <= {self.prompt_tokens} tokens")
         return text
 
 
+def _record(audit: TaskAudit, case: str, task: str, answer: str, entry: dict[str, Any], score: float) -> None:
+    audit.tried[case] += 1
+    if score == 1.0:
+        audit.accepted[case] += 1
+        if solves(task, answer, entry):
+            audit.verified[case] += 1
+        else:
+            audit.example.setdefault(case, answer[:60])
+
+
 def audit_task(key: str, task: str, config: dict[str, Any], items: int = ITEMS, seed: int = 0, strict: bool = False,
                prompt_tokens: Callable[[str], int] | None = None) -> TaskAudit:
     """Tries `items` items of `task` (SLOW_ITEMS at most for a slow generator; its `config`, the validation split at
-    `seed`); `strict`: strict_answers on; `prompt_tokens(question)`: the rendered prompt's length in tokens."""
+    `seed`); `strict`: strict_answers on; `prompt_tokens(question)`: the rendered prompt's length in tokens.
+
+    On each item: the gold; its wrong answers (envs.wrong_answers: near misses and structural changes); the gold in
+    each form of envs.answer_forms; every other item's gold (cross_item); and each answer given to every item
+    (constant: no answer may score 1 on more items than those whose gold it is, or that it solves)."""
     audit = TaskAudit(key, task)
+    score = lambda answer, entry: score_answer(task, answer, entry, config, strict)[0]  # noqa: E731
+    entries, golds = [], []
     for position in range(min(items, SLOW_ITEMS) if task in SLOW else items):
         entry = generate_entry(task, config, SPLIT, seed, position)
         if prompt_tokens is not None:
@@ -154,14 +164,48 @@ def audit_task(key: str, task: str, config: dict[str, Any], items: int = ITEMS, 
         if gold is None:
             audit.no_gold += 1
             continue
+        entries.append(entry)
+        golds.append(gold)
         audit.items += 1
-        score, reason = score_answer(task, gold, entry, config, strict)
-        if score != 1.0:
-            audit.gold_missed.append(f"item {position} scored {score:g}" + (f" ({reason[:80]})" if reason else ""))
-        for case, text in near_misses(gold).items():
-            audit.tried[case] += 1
-            audit.accepted[case] += score_answer(task, text, entry, config, strict)[0] == 1.0
+        gold_score, reason = score_answer(task, gold, entry, config, strict)
+        if gold_score != 1.0:
+            audit.gold_missed.append(f"item {position} scored {gold_score:g}" + (f" ({reason[:80]})" if reason else ""))
+        for case, text in wrong_answers(gold).items():
+            _record(audit, case, task, text, entry, score(text, entry))
+        for form in FORMS:
+            if (text := written_as(form, gold)) is not None:
+                audit.forms_tried[form] += 1
+                audit.forms_full[form] += score(text, entry) == 1.0
+    _cross_items(audit, entries, golds, score)
     return audit
+
+
+def _cross_items(audit: TaskAudit, entries: list[dict], golds: list[str], score: Callable) -> None:
+    """Every item's gold, and a few answers any task may be given, scored on every item; the answer prior."""
+    if not golds:
+        return
+    distinct = list(dict.fromkeys(golds + [c for c in CONSTANTS if not any(same_answer(c, g) for g in golds)]))
+    best = max(Counter(golds).items(), key=lambda pair: pair[1])
+    audit.prior = (best[1] / len(golds), best[0])
+    for answer in distinct:
+        full = verified = own = 0
+        for entry, gold in zip(entries, golds):
+            if same_answer(answer, gold):
+                own += 1
+                continue
+            result = score(answer, entry)
+            if answer in golds:
+                _record(audit, "cross_item", audit.task, answer, entry, result)
+            if result == 1.0:
+                full += 1
+                verified += bool(solves(audit.task, answer, entry))
+        audit.tried["constant"] += 1
+        if full:
+            audit.accepted["constant"] += 1
+            audit.verified["constant"] += full == verified
+            if full > verified:
+                audit.example.setdefault("constant", f"{answer[:40]} (1 on {own + full}/{len(golds)} items, "
+                                                     f"its gold on {own})")
 
 
 def mix_tasks(mix_source: Any) -> list[tuple[str, str, dict[str, Any]]]:
@@ -188,16 +232,17 @@ def prompt_counter(tokenizer: Any, system_prompt: str | None,
 
 def markdown_table(audits: Sequence[TaskAudit]) -> str:
     """The audit as a markdown table (docs/task-stream.md holds the one for every task at the default configs)."""
-    rows = ["| task | scorer | gold scores 1 | near misses that score as right (items) |", "|---|---|---|---|"]
+    rows = ["| task | scorer | gold scores 1; answer prior | wrong answers that score as right (answers) | the gold's "
+            "forms that score 1 (golds) |", "|---|---|---|---|---|"]
     for audit in audits:
-        gold, misses = audit.findings()
-        rows.append(f"| {audit.key} | {audit.scorer} | {gold} | {misses.replace('|', '/')} |")
+        cells = [cell.replace("|", "/").replace("\n", "\\n") for cell in audit.findings()]
+        rows.append(f"| {audit.key} | {audit.scorer} | {' | '.join(cells)} |")
     return "\n".join(rows)
 
 
 def failed(audits: Sequence[TaskAudit], max_prompt_length: int | None = None) -> bool:
-    """True if a gold answer missed, a near miss is a hole, or a prompt is over the limit."""
-    return any(a.gold_missed or a.holes or a.prompt_problem(max_prompt_length) for a in audits)
+    """True if a gold answer missed, a wrong answer or a form is a hole, or a prompt is over the limit."""
+    return any(a.gold_missed or a.holes or a.form_problems or a.prompt_problem(max_prompt_length) for a in audits)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -18,9 +18,9 @@ count; numbers compare by value (`20.0` is `20`, `1,234` is `1234`, `+5` is `5`)
 tokens (numbers, words, other symbols), so a set written in another order is the gold, and so is an expression with
 its terms reordered (puzzle24's right answers are often the gold's numbers in another order). A sign, another
 number, another word or one element more still differ. What it cannot see: a scorer that accepts the gold's tokens in
-a wrong order (a sequence in another order counts as the gold); and where entries carry one example of several right
-answers (puzzle24, countdown), a right answer built another way is "not the gold". The warnings are questions for a
-person, not verdicts.
+a wrong order (a sequence in another order counts as the gold). Where entries carry one example of several right
+answers (puzzle24, countdown, jugs, shortest_path), an answer is the gold also when envs.verifiers' independent check
+of the item confirms it. The warnings are questions for a person, not verdicts.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping, NamedTuple
+
+from envs.verifiers import solves
 
 # \boxed{...} and text wrappers: the command goes, its braces are separators
 _WRAPPERS = re.compile(r"\\(?:boxed|text|textbf|mathrm|mbox|displaystyle|left|right)\b")
@@ -98,13 +100,17 @@ def loosely_same(answer: Any, gold: Any) -> bool:
 
 
 def pred_is_gold(pred: str | None, entry: Mapping[str, Any]) -> float | None:
-    """The reward result's `pred_is_gold`: 1.0 when the extracted answer is the entry's gold (`loosely_same`), 0.0
-    when it is not or there is none; None when the entry's answer is None (several right answers: nothing to
-    compare)."""
+    """The reward result's `pred_is_gold`: 1.0 when the extracted answer is the entry's gold (`loosely_same`) or, for
+    a task with several right answers, envs.verifiers' check confirms it solves the item (another expression that
+    makes 24 with the puzzle's numbers); 0.0 when it is not or there is none; None when the entry's answer is None
+    (no gold to compare)."""
     gold = entry.get("answer") if isinstance(entry, Mapping) else None
     if gold is None:
         return None
-    return float(loosely_same(pred, gold))
+    if loosely_same(pred, gold):
+        return 1.0
+    task = entry.get("metadata", {}).get("source_dataset")
+    return float(pred is not None and bool(solves(task, pred, entry)))
 
 
 class Scored(NamedTuple):

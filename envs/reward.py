@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from envs.answer_forms import gold_answer, reading
 from envs.answers import (ANSWER_FORMS, after_reasoning, as_rendered, describe_format, final_answer, format_ok,
                           last_line, last_number, response_problem)
 from envs.generation import config_key
@@ -130,10 +131,19 @@ def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, An
 def score_answer(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | str | None = None,
                  strict: bool = False) -> tuple[float, str]:
     """rg_score after the `strict_answers` check (envs.scorers.ANSWER_SHAPES): the scoring that training, the
-    evaluator and envs.audit share once an answer has been read from a response."""
-    if strict and (problem := shape_problem(task, answer)):
+    evaluator and envs.audit share once an answer has been read from a response. An answer that does not score 1 as
+    written is scored again as envs.answer_forms reads it (`20.0` for 20, `$x$`, a grid's line ends), so a right
+    answer in a form models write gets full marks; the reason then says what was read."""
+    read = reading(task, answer, gold_answer(entry))
+    if strict and (problem := shape_problem(task, answer)) and (read == answer or shape_problem(task, read)):
         return 0.0, problem
-    return rg_score(task, answer, entry, config)
+    score, reason = rg_score(task, answer, entry, config)
+    if score == 1.0 or read == answer.strip():
+        return score, reason
+    read_score, read_reason = rg_score(task, read, entry, config)
+    if read_score == 1.0:
+        return 1.0, f"read as {read[:80]!r} (envs.answer_forms: the same answer in another form)"
+    return score, reason
 
 
 def _overlong(response_length: int | None, options: RewardOptions) -> float:

@@ -74,6 +74,83 @@ def _number_sorting(answer: str, entry: dict[str, Any]) -> float:
     return float(all(abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b))) for a, b in zip(given, expected)))
 
 
+def _puzzle24(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (an expression of four numbers that makes 24; 0.01 otherwise) with the numbers required to
+    be the puzzle's, each once, and the value exactly 24: it never compared the numbers, so one expression such as
+    `2 + 9 + 6 + 7` scored 1.0 on every puzzle, and it truncated the value, so 24.5 made 24."""
+    from sympy import Rational
+    from sympy.parsing.sympy_parser import parse_expr
+
+    numbers = sorted(int(n) for n in re.findall(r"\b\d+\b", answer))
+    if numbers != sorted(int(n) for n in entry["metadata"]["numbers"]) or not re.fullmatch(r"[\d\s+\-*/()]+", answer):
+        return 0.01
+    try:
+        value = parse_expr(answer.strip(), evaluate=True)
+    except Exception:  # sympy raises many kinds on malformed text
+        return 0.01
+    return 1.0 if value.is_Rational and value == Rational(24) else 0.01
+
+
+_FIRST_NUMBER_SIGNED = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?\b")
+_ANY_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _gsm_symbolic(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (the first number of the answer is the gold; 0.01 otherwise) with the number's sign: its
+    pattern skipped a leading minus, so -63 scored 1 for 63, and a right negative answer scored 0.01."""
+    match = _FIRST_NUMBER_SIGNED.search(answer)
+    if match is None:
+        return 0.0
+    return 1.0 if float(match.group(0)) == float(str(entry["answer"])) else 0.01
+
+
+def _word_sorting(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (the share of words in their sorted place; 0.2 at least for the right words in another
+    order) over the longer of the two lists: over the sorted list alone, the right words followed by more scored 1."""
+    expected = entry["metadata"]["sorted_words"]
+    given = [word.strip() for word in re.split(r",\s*", answer)] if answer else []
+    if given == expected:
+        return 1.0
+    if not given:
+        return 0.0
+    share = sum(a == b for a, b in zip(given, expected)) / max(len(given), len(expected))
+    return max(share, 0.2) if sorted(given) == sorted(expected) else share
+
+
+def _time_intervals(answer: str, entry: dict[str, Any], config_text: str) -> float:
+    """Reasoning Gym's rule, with the unit of a day count required to be days: it read the number before any word, so
+    '11 hours' scored 1 for '11 days'."""
+    words = answer.split()
+    if entry["metadata"].get("task_type") == "date" and len(words) > 1 and words[1].strip(",.;").lower() not in (
+            "day", "days"):
+        return 0.0
+    return _configured_scorer("time_intervals", config_text)(answer, entry)
+
+
+def _game_of_life(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's share of the gold's cells given right, with 1 only for the gold's grid itself: it read the
+    answer's cells at the gold's positions alone, so a grid with a row or column more scored 1."""
+    try:
+        if json.loads(answer) == json.loads(str(entry["answer"])):
+            return 1.0
+    except ValueError:
+        return 0.0
+    return min(_rg_scorer("game_of_life")(answer, entry), 0.99)
+
+
+def _advanced_geometry(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule, with no more numbers than the gold holds: it read a point's first two comma pieces, so a
+    right point followed by another one scored 1."""
+    if len(_ANY_NUMBER.findall(answer)) > len(_ANY_NUMBER.findall(str(entry["answer"]))):
+        return 0.01
+    return _rg_scorer("advanced_geometry")(answer, entry)
+
+
+@lru_cache(maxsize=64)
+def _configured_scorer(task: str, config_text: str) -> Callable[[str, dict[str, Any]], float]:
+    return reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text)).score_answer
+
+
 @lru_cache(maxsize=None)
 def _rg_scorer(task: str) -> Callable[[str, dict[str, Any]], float]:
     """Reasoning Gym's own scorer of a task whose scoring reads no config (the repairs that build on it)."""
@@ -82,14 +159,28 @@ def _rg_scorer(task: str) -> Callable[[str, dict[str, Any]], float]:
 
 # Reasoning Gym 0.1.25 scorers we replace: game_of_life_halting's returns 1.0 for any non-empty answer; spell_backward's
 # letter_jumble's and coin_flip's partial credit reaches (or rounds to) 1.0 for wrong answers; number_sorting's takes
-# numbers off by up to 1.
+# numbers off by up to 1; puzzle24's any expression that makes 24, with other numbers than the puzzle's; gsm_symbolic's
+# reads no sign; word_sorting's and game_of_life's take the right answer followed by more; advanced_geometry's a right
+# point followed by another; time_intervals' a day count in any unit.
 REPAIRED_SCORERS: dict[str, Callable[[str, dict[str, Any]], float]] = {
     "game_of_life_halting": _exact_boolean,
     "spell_backward": _spell_backward,
     "letter_jumble": _letter_jumble,
     "coin_flip": _coin_flip,
     "number_sorting": _number_sorting,
+    "puzzle24": _puzzle24,
+    "gsm_symbolic": _gsm_symbolic,
+    "word_sorting": _word_sorting,
+    "game_of_life": _game_of_life,
+    "advanced_geometry": _advanced_geometry,
 }
+# Repairs that build on Reasoning Gym's scorer made with the item's task config: {task: scorer(answer, entry, config)}
+CONFIGURED_REPAIRS: dict[str, Callable[[str, dict[str, Any], str], float]] = {"time_intervals": _time_intervals}
+
+
+def is_repaired(task: str) -> bool:
+    """True when `task` is scored by the project's repair of Reasoning Gym's scorer."""
+    return task in REPAIRED_SCORERS or task in CONFIGURED_REPAIRS
 
 
 @lru_cache(maxsize=512)
@@ -97,60 +188,66 @@ def scorer_for(task: str, config_text: str) -> Callable[[str, dict[str, Any]], f
     """Returns the scorer of `task` built with its config (envs.generation.config_key text): a repair, or RG's."""
     if task in REPAIRED_SCORERS:
         return REPAIRED_SCORERS[task]
-    return reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text)).score_answer
+    if task in CONFIGURED_REPAIRS:
+        return lambda answer, entry: CONFIGURED_REPAIRS[task](answer, entry, config_text)
+    return _configured_scorer(task, config_text)
 
 
-# Near misses (envs.audit.NEAR_MISSES) that a scorer gives full marks, each accepted with the reason it cannot turn a
-# wrong answer into a right one. A case that scores 1 and is not listed here is a hole: the audit and its test fail.
-_CASE = "the answer does not depend on letter case"
+# Wrong answers (envs.audit.WRONG_CASES: near misses, structural changes, other items' answers, constants) that a
+# scorer gives full marks, each accepted with the reason it cannot turn a wrong answer into a right one (letter case
+# is envs.answer_forms' question). A case that scores 1, is not listed here and is not confirmed by envs.verifiers is a
+# hole: the audit and its test fail.
 _SPACING = "spacing does not change the answer"
 _LEADING_FORMULA = "the parser reads the leading formula: what follows cannot make a wrong one right"
 _FIRST_NUMBER = "only the first number is read: text after it cannot make a wrong number right"
 ACCEPTED_LENIENCIES: dict[str, dict[str, str]] = {
-    "calendar_arithmetic": {"case": "weekday names in any case"},
-    "color_cube_rotation": {"case": "colour names in any case"},
-    "complex_arithmetic": {"case": "i and I name one imaginary unit", "whitespace": _SPACING},
+    "complex_arithmetic": {"whitespace": _SPACING},
     "countdown": {"whitespace": "the expression is evaluated"},
-    "cryptarithm": {"whitespace": "letter=digit pairs are read"},
-    "family_relationships": {"case": "relation names in any case"},
-    "figlet_font": {"case": "the word in the figure is compared in any case", "whitespace": _SPACING},
+    "cryptarithm": {"whitespace": "letter=digit pairs are read",
+                    "element_more": "letter=digit pairs are read as a mapping: a pair said twice changes nothing",
+                    "swapped": "letter=digit pairs are read as a mapping: their order does not count"},
+    "figlet_font": {"whitespace": _SPACING},
     "fraction_simplification": {"appended": "only the leading fraction is read (strict_answers closes it)",
                                 "twice": "only the leading fraction is read (strict_answers closes it)",
-                                "case": "\\DFRAC and \\dfrac are read alike", "whitespace": _SPACING},
-    "game_of_life_halting": {"case": "True and true alike (the project's repaired scorer)"},
+                                "whitespace": _SPACING},
     "gsm_symbolic": {"twice": _FIRST_NUMBER + " (strict_answers closes it)"},
     "intermediate_integration": {"appended": "'+ Cxyz' is a constant of integration too: any right antiderivative",
                                  "whitespace": "the expression is parsed"},
     "kakurasu": {"appended": "only the grid's 0s and 1s are read, and the grid is checked"},
     "knights_knaves": {"appended": "name-role pairs are read; other words are ignored",
-                       "twice": "name-role pairs are compared as a set", "case": _CASE},
-    "letter_jumble": {"case": "Reasoning Gym's rule: words in any case (the project's repaired scorer)"},
-    "needle_haystack": {"case": "names in any case", "whitespace": _SPACING},
-    "palindrome_generation": {"case": "a palindrome in any case"},
+                       "twice": "name-role pairs are compared as a set",
+                       "element_more": "name-role pairs are compared as a set: a pair said twice changes nothing",
+                       "swapped": "name-role pairs are compared as a set: their order does not count"},
+    "group_anagrams": {"swapped": "the groups are compared as a set: their order does not count"},
+    "palindrome_partitioning": {
+        "element_more": "the partitions are compared as a set: one listed twice changes nothing",
+        "swapped": "the partitions are compared as a set: their order does not count"},
+    "power_function": {"plus_one": "a relative tolerance: one more on a number of 1e14 or more is within it"},
+    "rubiks_cube": {"swapped": "the moves are played on the cube, which must end solved: two moves that commute can "
+                               "swap"},
+    "needle_haystack": {"whitespace": _SPACING},
     "polynomial_equations": {"twice": "pieces between commas that are not one number are skipped; the roots read must "
-                                      "be the right ones"},
+                                      "be the right ones",
+                             "swapped": "the roots are compared as a set: their order does not count"},
     "polynomial_multiplication": {"whitespace": "the expression is parsed"},
-    "prime_factorization": {"whitespace": "the factors are read as numbers"},
-    "propositional_logic": {"appended": _LEADING_FORMULA, "twice": _LEADING_FORMULA, "case": "the formula is evaluated",
+    "prime_factorization": {"whitespace": "the factors are read as numbers",
+                            "swapped": "the factors are compared as a multiset: their order does not count"},
+    "propositional_logic": {"appended": _LEADING_FORMULA, "twice": _LEADING_FORMULA, "element_more": _LEADING_FORMULA,
                             "whitespace": "the formula is evaluated"},
-    "puzzle24": {"whitespace": "the expression is evaluated"},
+    "puzzle24": {"whitespace": "the expression is evaluated (the project's repaired scorer)"},
     "quantum_lock": {"appended": "only the button letters A-C are read: other text cannot change the sequence",
-                     "case": "button letters in any case", "whitespace": "only the button letters are read"},
-    "sentence_reordering": {"case": "words in any case"},
+                     "whitespace": "only the button letters are read"},
     "simple_integration": {"appended": "'+ Cxyz' is a constant of integration too: any right antiderivative",
                            "whitespace": "the expression is parsed"},
     "sokoban": {"appended": "the moves are played: letters that are not moves do nothing, and the puzzle must end solved",
                 "twice": "the moves are played and the puzzle must end solved",
                 "whitespace": "the moves are played"},
-    "spell_backward": {"case": "Reasoning Gym's rule: letters in any case (the project's repaired scorer)"},
-    "time_intervals": {"appended": "only the leading duration is read (strict_answers closes it)",
-                       "twice": "only the leading duration is read (strict_answers closes it)",
+    "time_intervals": {"twice": "only the leading duration is read (strict_answers closes it)",
                        "dropped_last": "durations are parsed: '11 day' and '05:25:0' read as '11 days' and '05:25:00'",
-                       "case": "the unit word in any case", "whitespace": _SPACING},
-    "tsumego": {"case": "board coordinates in any case"},
-    "word_ladder": {"case": "words in any case", "whitespace": "the ladder is read as a list"},
+                       "element_more": "only the leading duration is read (strict_answers closes it)",
+                       "whitespace": _SPACING},
+    "word_ladder": {"whitespace": "the ladder is read as a list"},
     "word_sorting": {"whitespace": "the words are read as a list"},
-    "zebra_puzzles": {"case": "names in any case"},
 }
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"

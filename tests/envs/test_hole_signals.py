@@ -126,3 +126,12 @@ def test_the_answer_a_warning_names_is_shortened():
     assert shown("x" * 100) == '"' + "x" * 27 + '..."'
     report = HoleReport("t", items=4, full_marks=4, judged=4, not_gold=4, not_gold_answer="y" * 50, not_gold_count=4)
     assert report.warnings() == [f'reward hole? t: 4 of 4 full marks are not the gold (most often "{"y" * 27}...", 4x)']
+
+
+def test_a_right_answer_built_another_way_is_the_gold_where_the_items_check_confirms_it():
+    """puzzle24's entry holds one expression of several: another one with the puzzle's numbers is not a hole, one with
+    other numbers is (envs.verifiers)."""
+    entry = {"question": "q", "answer": "1 * 2 * 3 * 4", "metadata": {"source_dataset": "puzzle24",
+                                                                      "numbers": [1, 2, 3, 4]}}
+    assert pred_is_gold("(1 + 2 + 3) * 4", entry) == 1.0
+    assert pred_is_gold("2 + 9 + 6 + 7", entry) == 0.0 and pred_is_gold("(1 + 2 + 3) * 5", entry) == 0.0

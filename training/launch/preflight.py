@@ -167,8 +167,9 @@ def run_preflight(cfg: DictConfig, tokenizer, reason: str) -> int:
 
 
 def audit_scorers(cfg: DictConfig, items: int) -> None:
-    """Prints envs.audit's line for each task of the mix (gold answers and near misses on `items` validation items,
-    scored as env.reward scores), and a warning when a gold answer missed or a wrong answer scored as right."""
+    """Prints envs.audit's line for each task of the mix (on `items` validation items of the mix's own task configs,
+    scored as env.reward scores: the gold, the wrong answers a policy finds, the gold's other forms), and a warning
+    when a gold answer missed, a wrong answer scored as right, or a right answer's form did not."""
     from omegaconf import OmegaConf
 
     from envs.audit import audit_task, mix_tasks
@@ -180,8 +181,8 @@ def audit_scorers(cfg: DictConfig, items: int) -> None:
               for key, task, config in mix_tasks(load_env_mix(cfg))]
     for found in audits:
         print(f"[preflight] scorer audit: {found.line()}")
-    if any(found.gold_missed or found.holes for found in audits):
-        print("[preflight] WARNING: the scorer audit found a gold answer that does not score 1 (MISSED) or a wrong "
+    if any(found.gold_missed or found.holes or found.form_problems for found in audits):
+        print("[preflight] WARNING: the scorer audit found a right answer that does not score 1 (MISSED) or a wrong "
               "answer that does (HOLE); see docs/task-stream.md, 'The audit'")
 
 

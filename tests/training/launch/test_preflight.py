@@ -85,7 +85,8 @@ def test_preflight_end_to_end_on_the_tiny_model(tiny_model_dir, small, capsys):
         assert text in out
     assert out.count("\n--- ") == 3
     for task in ("chain_sum", "basic_arithmetic"):  # envs.audit on each task of the mix, 8 items each
-        assert f"[preflight] scorer audit: {task}: Reasoning Gym's scorer; gold 1 on 8/8; near misses: none" in out
+        assert f"[preflight] scorer audit: {task}: Reasoning Gym's scorer; gold 1 on 8/8; prior" in out
+    assert out.count("wrong answers: none scores as right; forms: float_zero 8/8") == 2
     assert "[check] update: leaves out sequences whose advantage is 0" in out  # no KL loss, no entropy bonus
 
 
