@@ -29,7 +29,6 @@ import re
 import signal
 import sys
 import time
-from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -99,14 +98,14 @@ def form_rule(result: dict) -> str:
 
 
 def cause_of(task: str, rg_answer: str | None, result: dict) -> str:
-    """Why the two readings disagree, the first that applies: the project scores the task with a repaired scorer; it
-    read the answer in a form it names; the two read different answer strings; else other."""
+    """Why the two readings disagree, the first that applies: the project read the answer in a form it names; it
+    scores the task with a repaired scorer; the two read different answer strings; else other."""
     from envs.scorers import REPAIRED_SCORERS
 
-    if task in REPAIRED_SCORERS:
-        return "repaired scorer"
     if form_rule(result):
         return "answer form"
+    if task in REPAIRED_SCORERS:
+        return "repaired scorer"
     if rg_answer != result["pred"]:
         return "answer extraction"
     return "other"
@@ -121,8 +120,9 @@ _PREFIX = re.compile(r"[A-Za-z_][\w ()]{0,24}?\s*(?:=|:)\s*(\S.*)", re.S)
 _UNITS = re.compile(r"[$\u20ac\u00a3]?\s*(-?[\d,]*\.?\d+)\s*(?:[A-Za-z%\u00b0][A-Za-z%\u00b0/. ]*)?")
 
 
-def _whole(text: str) -> str:
-    return text if _MATH.fullmatch(text) is None else next(g for g in _MATH.fullmatch(text).groups() if g is not None)
+def _unwrapped_math(text: str) -> str:
+    found = _MATH.fullmatch(text)
+    return text if found is None else next(g for g in found.groups() if g is not None)
 
 
 def _unquoted(text: str) -> str:
@@ -150,7 +150,7 @@ def _units(text: str) -> str:
 FORMS = {
     "whole number as N.0": lambda text: _WHOLE_DECIMAL.sub(r"\1", text),
     "thousands separators": lambda text: _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), text),
-    "$...$ or \\(...\\) wrapper": lambda text: _whole(text.strip()).strip(),
+    "$...$ or \\(...\\) wrapper": lambda text: _unwrapped_math(text.strip()).strip(),
     "\\boxed{} inside the tags": _boxed,
     "spaces at line ends": lambda text: "\n".join(line.rstrip() for line in text.strip("\n").split("\n")),
     "letter case": str.lower,

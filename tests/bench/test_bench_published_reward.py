@@ -88,3 +88,14 @@ def test_a_form_counts_only_when_the_plain_answer_is_the_gold():
     assert ("$...$ or \\(...\\) wrapper", "scorer") in form_hits("$8860$", item, options)
     assert ("x = 5 prefix", "scorer") in form_hits("x = 8860", item, options)
     assert form_hits("8861.0", item, options) == [] and form_hits("8860", item, options) == []
+
+
+def test_a_form_the_reward_names_is_the_cause_before_a_repaired_scorer():
+    """A full-marks result that carries a reason was read in another form (a right answer as written carries none)."""
+    from bench.bench_published_reward import cause_of
+
+    read = {"acc": 1.0, "answer_found": 1.0, "pred": "sorts of dishes.", "reason": "read as 'sorts of dishes'"}
+    assert cause_of("letter_jumble", "sorts of dishes.", read) == "answer form"
+    assert cause_of("letter_jumble", "sorts of dishes.", dict(read, reason="")) == "repaired scorer"
+    assert cause_of("basic_arithmetic", "tag.\n<answer>8860", dict(read, pred="8860", reason="")) == "answer extraction"
+    assert cause_of("basic_arithmetic", "8860", dict(read, pred="8860", reason="")) == "other"
