@@ -99,12 +99,13 @@ def form_rule(result: dict) -> str:
 
 def cause_of(task: str, rg_answer: str | None, result: dict) -> str:
     """Why the two readings disagree, the first that applies: the project read the answer in a form it names; it
-    scores the task with a repaired scorer; the two read different answer strings; else other."""
-    from envs.scorers import REPAIRED_SCORERS
+    scores the task with a repaired scorer (envs.scorers.is_repaired); the two read different answer strings; else
+    other."""
+    from envs.scorers import is_repaired
 
     if form_rule(result):
         return "answer form"
-    if task in REPAIRED_SCORERS:
+    if is_repaired(task):
         return "repaired scorer"
     if rg_answer != result["pred"]:
         return "answer extraction"

@@ -99,3 +99,5 @@ def test_a_form_the_reward_names_is_the_cause_before_a_repaired_scorer():
     assert cause_of("letter_jumble", "sorts of dishes.", dict(read, reason="")) == "repaired scorer"
     assert cause_of("basic_arithmetic", "tag.\n<answer>8860", dict(read, pred="8860", reason="")) == "answer extraction"
     assert cause_of("basic_arithmetic", "8860", dict(read, pred="8860", reason="")) == "other"
+    # a repair built on Reasoning Gym's scorer with the item's config counts as one too
+    assert cause_of("time_intervals", "46D", dict(read, pred="46D", reason="")) == "repaired scorer"
