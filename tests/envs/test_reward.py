@@ -341,15 +341,15 @@ def test_an_empty_right_answer_scores_one():
     ("time_intervals", "12 days", ["12 days, maybe 13", "12 days 12 days"]),
 ])
 def test_strict_answers_take_the_answer_alone(task, right, wrong):
-    """RG reads the leading value of these answers and ignores the rest; strict_answers scores the rest 0 while every
-    form the scorer reads as right still scores 1."""
+    """RG reads the leading value of these answers and ignores the rest; strict_answers (the default) scores the rest
+    0 while every form the scorer reads as right still scores 1."""
     metadata = {"source_dataset": task, "simplified_numerator": 332, "simplified_denominator": 971, "numerator": 664,
                 "denominator": 1942, "task_type": "date"}
     entry = {"question": "q", "answer": right, "metadata": metadata}
-    strict = RewardOptions(strict_answers=True)
+    loose = RewardOptions(strict_answers=False)
     for text in wrong:
-        assert score_response(f"<answer>{text}</answer>", entry, task)["acc"] == 1.0
-        result = score_response(f"<answer>{text}</answer>", entry, task, strict)
+        assert score_response(f"<answer>{text}</answer>", entry, task, loose)["acc"] == 1.0
+        result = score_response(f"<answer>{text}</answer>", entry, task)
         assert result["acc"] == 0.0 and "strict_answers" in result["reason"]
-    assert score_response(f"<answer>{right}</answer>", entry, task, strict)["acc"] == 1.0
-    assert "strict answers" in strict.describe()
+    assert score_response(f"<answer>{right}</answer>", entry, task)["acc"] == 1.0
+    assert "strict_answers=false" in loose.describe() and "strict" not in RewardOptions().describe()
