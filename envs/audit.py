@@ -148,7 +148,8 @@ def _record(audit: TaskAudit, case: str, task: str, answer: str, entry: dict[str
 def audit_task(key: str, task: str, config: dict[str, Any], items: int = ITEMS, seed: int = 0, strict: bool = True,
                prompt_tokens: Callable[[str], int] | None = None) -> TaskAudit:
     """Tries `items` items of `task` (SLOW_ITEMS at most for a slow generator; its `config`, the validation split at
-    `seed`); `strict`: the strict_answers reward option (on by default); `prompt_tokens(question)`: the rendered prompt's length in tokens.
+    `seed`); `strict`: the strict_answers reward option (on by default); `prompt_tokens(question)`: the rendered
+    prompt's length in tokens.
 
     On each item: the gold; its wrong answers (envs.wrong_answers: near misses and structural changes); the gold in
     each form of envs.answer_forms; every other item's gold (cross_item); and each answer given to every item

@@ -76,6 +76,13 @@ def test_prompts_longer_than_the_limit_name_the_task_and_the_value(capsys, tiny_
                     "--max-prompt-length", str(tokens))[0] == 0
 
 
+def test_loose_audits_the_leading_value_reading_that_strict_answers_closes(capsys):
+    code, lines, err = run_main(capsys, "--tasks", "gsm_symbolic", "--items", "6", "--loose")
+    assert code == 0 and "twice 6/6 accepted: only the first number is read" in lines[0] and "strict_answers=false" in err
+    code, lines, _ = run_main(capsys, "--tasks", "gsm_symbolic", "--items", "6")
+    assert code == 0 and "wrong answers: none scores as right" in lines[0]
+
+
 def test_bad_input_names_what_to_fix(capsys, tmp_path):
     code, _, err = run_main(capsys, "--tasks", "number_sortin")
     assert code == 2 and "did you mean 'number_sorting'" in err
