@@ -349,14 +349,17 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *(argv or sys.argv[1:])])
     from importlib.metadata import version
 
+    import envs.reward  # noqa: F401 - the reward scored: imported before its commit and digest are read
+
     started = time.perf_counter()
-    only = set(args.tasks.split(",")) if args.tasks else None
-    tasks = merge(run(args.eval_repo, args.sets, only, args.work, args.processes))
     commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
     if os.system(f"git -C {REPO} diff --quiet HEAD -- envs") != 0:  # the reward scored is not the commit's
         commit += "+uncommitted envs/ edits"
+    digest = reward_digest()
+    only = set(args.tasks.split(",")) if args.tasks else None
+    tasks = merge(run(args.eval_repo, args.sets, only, args.work, args.processes))
     data = {"about": __doc__.split("\n\n")[0], "reasoning_gym": version("reasoning-gym"), "commit": commit,
-            "reward_digest": reward_digest(), "seconds": round(time.perf_counter() - started), "tasks": tasks}
+            "reward_digest": digest, "seconds": round(time.perf_counter() - started), "tasks": tasks}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print("\n" + disagreement_table(tasks) + "\n\n" + forms_table(tasks))
