@@ -307,9 +307,13 @@ def test_pipeline_takes_a_trained_run_through_every_stage_and_skips_what_is_done
         assert run["system_prompt"].startswith("Answer with the final result only")
     assert "[pipeline] held-out evaluation, base vs trained (step 3)" in first
     assert "  overall " in first and "resolved" in first
-    # the console ends with the verdict in one sentence; summary.png draws it beside the validation curve
-    last = first.strip().splitlines()[-1]
-    assert last.startswith("[pipeline] verdict: ") and last.count(". ") == 0 and "accuracy went from" in last
+    # the console gives the verdict in one sentence (under "Not resolved", what it means and the command to try
+    # next follow it); summary.png draws it beside the validation curve
+    last = [line for line in first.splitlines() if line.startswith("[pipeline] verdict: ")][-1]
+    assert last.count(". ") == 0 and "accuracy went from" in last
+    if last.startswith("[pipeline] verdict: Not resolved"):
+        assert "[pipeline] what it means: Not resolved means" in first
+        assert "[pipeline] try next: " in first and "trainer.total_training_steps=6" in first
     assert (run_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = pipeline(run_dir, tiny_run, tiny_model_dir, device)
     assert all(f"[pipeline] {stage}: done earlier" in again

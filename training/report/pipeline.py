@@ -15,7 +15,8 @@ Stages, each the command a user would run, in its own process:
                 suite, scoring and sampling)
   4. eval-trained  the same on RUN/model -> RUN/eval/trained
   5. compare    evaluation/evaluate_model.py --compare -> RUN/eval/compare, its summary printed; then RUN/summary.png
-                (in-training validation beside the held-out change per group) and the verdict in one sentence
+                (in-training validation beside the held-out change per group) and the verdict in one sentence;
+                under "Not resolved", what that means and the command to try next (more steps, resuming)
 Both evaluations score and sample as training did (`--from-run`: the run's reward options, system prompt,
 temperature, top_p and max tokens); `--eval-override` may still change them, for both.
 A finished stage writes RUN/stages/<stage>.json with its command; a rerun skips a stage whose record matches the
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 
 from envs.run_scoring import SCORING
-from training.report.verdict import one_answer_gains, plot_summary, verdict_sentence
+from training.report.verdict import one_answer_gains, plot_summary, unresolved_advice, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("train", "export", "eval-base", "eval-trained", "compare")
@@ -298,10 +300,15 @@ def main(argv: list[str] | None = None) -> int:
                           str(run.dir / "eval" / "trained"), "--output", str(run.dir / "eval" / "compare")],
               key=trained_key, outputs=(run.dir / "eval" / "compare",))
     cmps = print_comparison(run.dir / "eval" / "compare", step)
-    summary = summary_png(run.dir, checkpoints, cmps)
+    summary = summary_png(run.dir, checkpoints, cmps, step)
     print(f"[pipeline] done: tables and plots in {_short(run.dir / 'eval' / 'compare')}, model in "
           f"{_short(run.dir / 'model')}" + (f", training curve and verdict drawn in {_short(summary)}" if summary else ""))
     print(f"[pipeline] verdict: {verdict_sentence(cmps)}")
+    advice = unresolved_advice(cmps, step)
+    if advice:
+        print(f"[pipeline] what it means: {advice}")
+        if args.trained is None:  # this command trains: the same one, longer, resumes from the checkpoint judged
+            print(f"[pipeline] try next: {more_steps_command(sys.argv[1:] if argv is None else argv, 2 * step)}")
     for line in one_answer_gains(cmps):
         print(f"[pipeline] caution: {line} (comparison.md, columns 'most common answer' and 'repeated answer')")
     return 0
@@ -327,12 +334,20 @@ def held_out_suite(chosen: str | None, mix: str, run_dir: Path, on_cpu: bool) ->
     return str(path)
 
 
-def summary_png(run_dir: Path, checkpoints: Path, cmps: dict) -> Path | None:
+def more_steps_command(argv: list[str], steps: int) -> str:
+    """This pipeline's command line with trainer.total_training_steps=`steps` in place of any it had (`make
+    quickstart`'s command is its own line of the Makefile: this prints it with the override, to paste)."""
+    kept = [a for a in argv if a.lstrip("+").split("=", 1)[0] != "trainer.total_training_steps"]
+    return shlex.join([_short(Path(sys.executable)), "-m", "training.pipeline", *kept,
+                       f"trainer.total_training_steps={steps}"])
+
+
+def summary_png(run_dir: Path, checkpoints: Path, cmps: dict, step: int | None = None) -> Path | None:
     """RUN/summary.png (training/report/verdict.py); None, said on the console, when it cannot be drawn."""
     from training.report.report import load_run
 
     try:
-        return plot_summary(load_run(checkpoints), cmps, run_dir / "summary.png")
+        return plot_summary(load_run(checkpoints), cmps, run_dir / "summary.png", step)
     except Exception as err:  # a missing plot must not hide the verdict
         print(f"[pipeline] summary.png not drawn: {type(err).__name__}: {err}")
         return None

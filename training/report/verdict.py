@@ -2,10 +2,11 @@
 
 `verdict_sentence` reads the held-out comparison (evaluation.compare) and says, in one sentence, what the paired
 95% interval of the overall change decides; the greedy comparison is the decided one when both decodings ran
-(`make quickstart` runs greedy only). `plot_summary` draws `summary.png`: the in-training validation accuracy as a
-curve (training/report/report.py reads it from the run's validation dumps; a run without validation, as the CPU
-quickstart, gets its training accuracy per step) beside each held-out group's base -> trained accuracy with the paired
-interval of its change.
+(`make quickstart` runs greedy only); under "Not resolved", `unresolved_advice` says what that means (within noise on
+these items) and what to try next (the same command with more steps). `plot_summary` draws `summary.png`: the
+in-training validation accuracy as a curve (training/report/report.py reads it from the run's validation dumps; a run
+without validation, as the CPU quickstart, gets its training accuracy per step) beside each held-out group's base ->
+trained accuracy with the paired interval of its change, the verdict (and the advice) as its title.
 """
 
 from __future__ import annotations
@@ -60,6 +61,30 @@ def verdict_sentence(cmps: dict[str | None, dict]) -> str:
             "tell better from worse.")
 
 
+def unresolved_advice(cmps: dict[str | None, dict], step: int | None = None) -> str | None:
+    """For a "Not resolved" verdict, one sentence on what it means and what to try next: the change that decides (beyond
+    the answer prior, else overall) is within noise on these items, which is not evidence that the run failed or that
+    it helped; the same command with more steps (twice the run's `step`: training resumes from its last checkpoint)
+    may resolve it. None for any other verdict, and where no task of the suite is free of an answer prior (more steps
+    would not tell skill from an answer repeated either)."""
+    chosen = decided(cmps)
+    if chosen is None or not verdict_sentence(cmps).startswith("Not resolved"):
+        return None
+    cmp = chosen[1]
+    beyond = cmp.get("beyond_prior") or {}
+    if beyond.get("ci95"):
+        row, which = beyond, "the change beyond the answer prior"
+    elif beyond and (beyond["tasks"] or any(v is not None for v in beyond["set_apart"].values())):
+        return None  # the verdict's "no task of this suite has its most common answer right on at most ..."
+    else:  # decided on the overall change, as verdict_sentence does
+        row, which = cmp["overall"], "the change"
+    more = f"trainer.total_training_steps={2 * step} (training resumes from step {step})" if step else \
+        "a larger trainer.total_training_steps (training resumes from its last checkpoint)"
+    return (f"Not resolved means {which} ({_signed(row.get('paired_delta'))} {interval_text(row)}) is within noise on "
+            f"these {row.get('paired_items', 0)} items, not evidence that the run failed or that it helped; to try "
+            f"next, run the same command with more steps: {more}.")
+
+
 def _numbers(row: dict, what: str) -> str:
     return (f"{what} went from {fmt(row['base'])} to {fmt(row['trained'])} over {row.get('paired_items', 0)} items "
             f"(paired change {_signed(row.get('paired_delta'))}, 95% interval {interval_text(row)})")
@@ -104,13 +129,19 @@ def _signed(value) -> str:
     return "-" if value is None else f"{value:+.3f}"
 
 
-def plot_summary(data: RunData, cmps: dict[str | None, dict], path: Path) -> Path:
-    """Writes the two-panel PNG at `path` (atomically) and returns it."""
-    write_atomic(path, lambda tmp: _draw(data, cmps, tmp))
+def summary_title(cmps: dict[str | None, dict], step: int | None = None) -> str:
+    """summary.png's title: the verdict sentence, and under a "Not resolved" one what it means and what to try next."""
+    advice = unresolved_advice(cmps, step)
+    return verdict_sentence(cmps) + (f"\n{advice}" if advice else "")
+
+
+def plot_summary(data: RunData, cmps: dict[str | None, dict], path: Path, step: int | None = None) -> Path:
+    """Writes the two-panel PNG at `path` (atomically) and returns it; `step`: the step judged (for the advice)."""
+    write_atomic(path, lambda tmp: _draw(data, cmps, tmp, step))
     return path
 
 
-def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
+def _draw(data: RunData, cmps: dict[str | None, dict], path: Path, step: int | None = None) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -124,7 +155,7 @@ def _draw(data: RunData, cmps: dict[str | None, dict], path: Path) -> None:
         heldout.set_axis_off()
     else:
         _draw_heldout(heldout, *chosen)
-    fig.suptitle(verdict_sentence(cmps), fontsize=9, wrap=True)
+    fig.suptitle(summary_title(cmps, step), fontsize=9, wrap=True)
     fig.savefig(path, format="png")
 
 

@@ -3,9 +3,10 @@ writes them."""
 
 from pathlib import Path
 
+from training.report.pipeline import more_steps_command
 from training.report.report import RunData
-from training.report.verdict import (decided, heldout_rows, one_answer_gains, plot_summary, training_curves,
-                                     verdict_sentence)
+from training.report.verdict import (decided, heldout_rows, one_answer_gains, plot_summary, summary_title,
+                                     training_curves, unresolved_advice, verdict_sentence)
 
 
 def comparison(base: float, trained: float, ci: tuple[float, float] | None, temperature: float = 0.0) -> dict:
@@ -59,6 +60,38 @@ def test_training_helped_only_where_the_tasks_no_answer_carries_improved():
     assert verdict_sentence({None: unknown}) == verdict_sentence({None: gain})  # decided overall, as before
 
 
+def test_a_not_resolved_verdict_says_what_it_means_and_what_to_try_next():
+    """Issue 80: a quickstart seed not resolved beyond the prior (+0.025 [-0.030, +0.080]) is within noise, not a
+    failed run; the console (training/report/pipeline.py) and summary.png's title say so and name more steps."""
+    flat = {None: with_beyond_prior(comparison(0.30, 0.31, (-0.02, 0.04)), 0.30, 0.325, (-0.03, 0.08))}
+    advice = unresolved_advice(flat, 10)
+    assert advice == ("Not resolved means the change beyond the answer prior (+0.025 [-0.030, +0.080]) is within "
+                      "noise on these 300 items, not evidence that the run failed or that it helped; to try next, run "
+                      "the same command with more steps: trainer.total_training_steps=20 (training resumes from step "
+                      "10).")
+    assert summary_title(flat, 10) == f"{verdict_sentence(flat)}\n{advice}"
+    gain = comparison(0.278, 0.495, (0.174, 0.260))  # overall resolved, beyond the prior not: the same advice
+    assert unresolved_advice({None: with_beyond_prior(gain, 0.30, 0.36, (-0.01, 0.13))}, 20).endswith(
+        "trainer.total_training_steps=40 (training resumes from step 20).")
+    overall = unresolved_advice({None: comparison(0.30, 0.32, (-0.01, 0.05))})  # decided overall; step unknown
+    assert overall.startswith("Not resolved means the change (+0.020 [-0.010, +0.050]) is within noise on these 450")
+    assert overall.endswith("a larger trainer.total_training_steps (training resumes from its last checkpoint).")
+    # a resolved verdict keeps its sentence alone; a suite without prior-free tasks gets no advice (steps won't tell)
+    helped = {None: with_beyond_prior(gain, 0.30, 0.37, (0.02, 0.12))}
+    assert unresolved_advice(helped, 10) is None and summary_title(helped, 10) == verdict_sentence(helped)
+    assert unresolved_advice({None: with_beyond_prior(gain, 0.30, 0.22, (-0.13, -0.03))}, 10) is None
+    assert unresolved_advice({None: with_beyond_prior(gain, None, None, None)}, 10) is None
+    assert unresolved_advice({}, 10) is None
+    # the command to paste: the pipeline's own, the steps replaced (make quickstart's line, one override more)
+    argv = ["--config-name", "quickstart", "--checkpoints", "checkpoints/rg-grpo/quickstart", "--run-dir",
+            "checkpoints/rg-grpo/quickstart/heldout", "--eval-override", "decoding=[greedy]", "trainer.device=cpu",
+            "trainer.total_training_steps=10"]
+    command = more_steps_command(argv, 20)
+    assert command.endswith(" -m training.pipeline --config-name quickstart --checkpoints "
+                            "checkpoints/rg-grpo/quickstart --run-dir checkpoints/rg-grpo/quickstart/heldout "
+                            "--eval-override 'decoding=[greedy]' trainer.device=cpu trainer.total_training_steps=20")
+
+
 def test_a_gain_from_one_repeated_answer_is_named():
     """Quickstart seeds 1 and 3: letter counts 0.000 -> 0.780 / 0.680, answering "1" to 143 / 128 of 150 items,
     where "1" is right on 124 (0.827)."""
@@ -109,7 +142,7 @@ def test_summary_png_draws_with_and_without_validation(tmp_path):
                        ("without.png", RunData(run_dir=tmp_path))):
         cmp = with_beyond_prior(comparison(0.3, 0.36, (0.02, 0.09)), 0.30, 0.33, (-0.01, 0.07))
         path = plot_summary(data, {None: cmp if name == "with.png" else comparison(0.3, 0.36, (0.02, 0.09))},
-                            tmp_path / name)
+                            tmp_path / name, step=10)  # with.png: not resolved, the advice under its title
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["with.png", "without.png"]  # nothing else left
 
