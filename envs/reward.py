@@ -130,7 +130,7 @@ def rg_score(task: str, answer: str, entry: dict[str, Any], config: dict[str, An
 
 
 def score_answer(task: str, answer: str, entry: dict[str, Any], config: dict[str, Any] | str | None = None,
-                 strict: bool = False) -> tuple[float, str]:
+                 strict: bool = True) -> tuple[float, str]:
     """rg_score after the `strict_answers` check (envs.scorers.ANSWER_SHAPES): the scoring that training, the
     evaluator and envs.audit share once an answer has been read from a response. An answer that does not score 1 as
     written is scored again as envs.answer_forms reads it (`20.0` for 20, `$x$`, a grid's line ends), so a right

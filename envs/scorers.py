@@ -122,7 +122,7 @@ def _time_intervals(answer: str, entry: dict[str, Any], config_text: str) -> flo
     '11 hours' scored 1 for '11 days'."""
     words = answer.split()
     if entry["metadata"].get("task_type") == "date" and len(words) > 1 and words[1].strip(",.;").lower() not in (
-            "day", "days"):
+            "day", "days", "d"):  # the question asks "in D days": some models write "23 D"
         return 0.0
     return _configured_scorer("time_intervals", config_text)(answer, entry)
 
@@ -259,8 +259,8 @@ ANSWER_SHAPES: dict[str, tuple[re.Pattern, str]] = {
         re.compile(r"\$*\s*(?:\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+)\s*\$*", re.IGNORECASE),
         "a single fraction (a/b or \\frac{a}{b})"),
     "time_intervals": (
-        re.compile(r"-?\d+(?: days?)?|\d+:\d\d(?::\d\d(?:\.\d+)?)?|-?\d+ days?, \d+:\d\d(?::\d\d)?", re.IGNORECASE),
-        "a single duration (N days, HH:MM[:SS[.mmm]] or N days, HH:MM[:SS])"),
+        re.compile(r"-?\d+(?: days?| d(?: days)?)?|\d+:\d\d(?::\d\d(?:\.\d+)?)?|-?\d+ days?, \d+:\d\d(?::\d\d)?", re.IGNORECASE),
+        "a single duration (N days, N D, HH:MM[:SS[.mmm]] or N days, HH:MM[:SS])"),
 }
 
 
