@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,8 +34,9 @@ from envs.generation import generate_entry
 from envs.mix import load_mix, mix_path
 from envs.reward import score_answer
 from envs.scorers import ACCEPTED_LENIENCIES, ANSWER_SHAPES, is_repaired
-from envs.tasks import SLOW_TASKS, all_tasks, check_task_name
+from envs.tasks import HASH_SENSITIVE_TASKS, SLOW_TASKS, all_tasks, check_task_name
 from envs.verifiers import solves
+from envs.worker_process import WorkerProcess
 from envs.wrong_answers import NEAR_MISSES, STRUCTURAL_CHANGES, same_answer, wrong_answers
 
 WRONG_CASES = NEAR_MISSES + STRUCTURAL_CHANGES + ("cross_item", "constant")
@@ -157,8 +159,7 @@ def audit_task(key: str, task: str, config: dict[str, Any], items: int = ITEMS, 
     audit = TaskAudit(key, task)
     score = lambda answer, entry: score_answer(task, answer, entry, config, strict)[0]  # noqa: E731
     entries, golds = [], []
-    for position in range(min(items, SLOW_ITEMS) if task in SLOW else items):
-        entry = generate_entry(task, config, SPLIT, seed, position)
+    for position, entry in enumerate(_entries(task, config, seed, min(items, SLOW_ITEMS) if task in SLOW else items)):
         if prompt_tokens is not None:
             audit.prompt_tokens = max(audit.prompt_tokens or 0, prompt_tokens(entry["question"]))
         gold = gold_answer(entry)
@@ -179,6 +180,26 @@ def audit_task(key: str, task: str, config: dict[str, Any], items: int = ITEMS, 
                 audit.forms_full[form] += score(text, entry) == 1.0
     _cross_items(audit, entries, golds, score)
     return audit
+
+
+def _entries(task: str, config: dict[str, Any], seed: int, count: int) -> list[dict[str, Any]]:
+    """The first `count` items of the split, as every process of the project draws them: a task whose generator
+    follows PYTHONHASHSEED is generated in a child started with PYTHONHASHSEED=0 (envs.producer's), unless this
+    process already runs under it, so that the audit's counts are the same in every run."""
+    if task not in HASH_SENSITIVE_TASKS or os.environ.get("PYTHONHASHSEED") == "0":
+        return [generate_entry(task, config, SPLIT, seed, position) for position in range(count)]
+    child = WorkerProcess("envs.producer:_generate", env={"PYTHONHASHSEED": "0"})
+    try:
+        entries = []
+        for position in range(count):
+            child.send((position, (task, config, SPLIT, seed, position)))
+            kind, value = child.receive(timeout=300)
+            if kind != "item" or child.receive(timeout=300)[0] != "end":
+                raise RuntimeError(f"generating {task} item {position} for the audit failed: {value}")
+            entries.append(value[1])
+        return entries
+    finally:
+        child.close()
 
 
 def _cross_items(audit: TaskAudit, entries: list[dict], golds: list[str], score: Callable) -> None:
