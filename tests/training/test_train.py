@@ -311,7 +311,8 @@ def test_pipeline_takes_a_trained_run_through_every_stage_and_skips_what_is_done
     # next follow it); summary.png draws it beside the validation curve
     last = [line for line in first.splitlines() if line.startswith("[pipeline] verdict: ")][-1]
     assert last.count(". ") == 0 and "accuracy went from" in last
-    if last.startswith("[pipeline] verdict: Not resolved"):
+    # under "Not resolved" the advice follows, except where no task is free of an answer prior (no steps would tell)
+    if last.startswith("[pipeline] verdict: Not resolved") and "skill cannot be told" not in last:
         assert "[pipeline] what it means: Not resolved means" in first
         assert "[pipeline] try next: " in first and "trainer.total_training_steps=6" in first
     assert (run_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
