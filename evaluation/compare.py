@@ -102,6 +102,8 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
     check_comparable(base, trained, labels)
     acc_a, acc_b = base.get("item_accuracy") or {}, trained.get("item_accuracy") or {}
     common = [i for i in acc_a if i in acc_b]
+    apart = {g for run in (base, trained) for g, stats in run["groups"].items() if stats.get("kind") == "benchmark"}
+    judged = [i for i in common if i.split("/")[0] not in apart]  # benchmark rows inform, outside the verdict
 
     def paired(row: dict, members: list[str]) -> dict:
         interval = paired_interval(acc_a, acc_b, members)
@@ -124,12 +126,13 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
     a, b = base["overall"]["accuracy"], trained["overall"]["accuracy"]
     tasks = rows("tasks", lambda i: i.rsplit("/", 1)[0])
     free = {row["key"] for row in tasks if row["common_answer"] is not None
-            and row["common_answer"] <= PRIOR_FREE_MAX_SHARE}
-    members = [i for i in common if i.rsplit("/", 1)[0] in free]
+            and row["common_answer"] <= PRIOR_FREE_MAX_SHARE and row["key"].split("/")[0] not in apart}
+    members = [i for i in judged if i.rsplit("/", 1)[0] in free]
     item_mean = (lambda acc: sum(acc[i] for i in members) / len(members)) if members else (lambda acc: None)
     beyond = paired({"key": "beyond prior", "base": item_mean(acc_a), "trained": item_mean(acc_b),
                      "tasks": [row["key"] for row in tasks if row["key"] in free],
-                     "set_apart": {row["key"]: row["common_answer"] for row in tasks if row["key"] not in free},
+                     "set_apart": {row["key"]: row["common_answer"] for row in tasks
+                                   if row["key"] not in free and row["key"].split("/")[0] not in apart},
                      "max_share": PRIOR_FREE_MAX_SHARE}, members)
     beyond["delta"] = beyond["paired_delta"]
     return {"labels": list(labels), "models": [base["run"]["model"], trained["run"]["model"]],
@@ -137,7 +140,7 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
             "tasks": tasks, "groups": rows("groups", lambda i: i.split("/")[0]),
             "overall": paired({"key": "overall", "base": a, "trained": b, "delta": _delta(a, b),
                                "common_answer": _common_answer(trained["overall"], base["overall"]),
-                               "repeated_answer": _repeated(trained["overall"])}, common),
+                               "repeated_answer": _repeated(trained["overall"]), "without": sorted(apart)}, judged),
             "beyond_prior": beyond}
 
 
@@ -159,7 +162,7 @@ def comparison_markdown(cmp: dict) -> str:
                  "| most common answer | repeated answer |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in rows:
             delta = "-" if r["delta"] is None else f"{r['delta']:+.3f}"
-            lines.append(f"| {r['key']} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
+            lines.append(f"| {row_label(r)} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
                          f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} | {fmt(r.get('common_answer'))} | "
                          f"{fmt(r.get('repeated_answer'))} |")
         return lines + [""]
@@ -176,6 +179,11 @@ def comparison_markdown(cmp: dict) -> str:
         body += ["### Beyond an answer prior", "", f"Pooled over the {beyond_prior_text(beyond)}.", "",
                  *table("Pool", [beyond])[2:]]
     return "\n".join(head + body)
+
+
+def row_label(row: dict) -> str:
+    """The row's name; the overall row names the benchmark groups it leaves out (they inform, apart)."""
+    return row["key"] + (f" (without {', '.join(row['without'])})" if row.get("without") else "")
 
 
 def interval_text(row: dict) -> str:
@@ -266,7 +274,7 @@ def summary_lines(cmps: dict[str | None, dict]) -> list[str]:
         rows += [cmp["beyond_prior"]] if cmp.get("beyond_prior", {}).get("paired_items") else []
         for r in rows:
             delta = "-" if r.get("paired_delta") is None else f"{r['paired_delta']:+.3f}"
-            lines.append(f"  {r['key']:<12} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "
+            lines.append(f"  {row_label(r):<12} {fmt(r['base'])} -> {fmt(r['trained'])}  {delta} {interval_text(r)}  "
                          f"{r.get('verdict', '-')}")
     return lines
 

@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaluation.benchmark_config import BenchmarksConfig, parse_benchmarks
+from evaluation.reward_section import parse_reward
+
 BACKENDS = ("vllm", "hf", "openai")
 
 
@@ -118,16 +121,16 @@ class EvalConfig:
     # Reasoning Gym's own dataset at each task's seed, item i = create_dataset(task, seed, size)[i], the items of
     # Reasoning Gym's published evaluations (configs/eval/rg_zero_shot_*.yaml), whichever split owns their questions
     items: str = "evaluation"
+    # `suite.benchmarks`: lm-evaluation-harness tasks evaluated beside the Reasoning Gym rows (benchmark_config.py)
+    benchmarks: BenchmarksConfig | None = None
 
 
 MODES = ("greedy", "sampled")
 ITEMS = ("evaluation", "published")
 
-
-
 TOP_KEYS = {"model", "sampling", "prompt", "suite", "pass_k", "output_dir", "score_timeout_s", "bootstrap_samples",
             "reward", "decoding"}
-SUITE_KEYS = {"size", "seed", "categories", "composites", "items"}
+SUITE_KEYS = {"size", "seed", "categories", "composites", "items", "benchmarks"}
 TASK_KEYS = {"task", "size", "seed", "config"}
 
 
@@ -269,12 +272,16 @@ def _parse_suite(raw: Any, cfg: EvalConfig, source: str) -> None:
         cfg.categories.append(_parse_category(str(name), spec, defaults, source))
     for name, spec in _mapping(raw.get("composites"), "suite.composites", source).items():
         cfg.composites.append(_parse_composite(str(name), spec, defaults, source))
-    if not cfg.categories and not cfg.composites:
-        raise ConfigError(f"{source}: 'suite' has no categories and no composites: nothing to evaluate")
+    cfg.benchmarks = parse_benchmarks(raw.get("benchmarks"), source)
+    if not cfg.categories and not cfg.composites and not cfg.benchmarks:
+        raise ConfigError(f"{source}: 'suite' has no categories, composites or benchmarks: nothing to evaluate")
     if cfg.items == "published" and cfg.composites:
         raise ConfigError(f"{source}: 'suite.composites' with 'suite.items: published': published items are a "
                           f"task's own dataset; list the tasks under suite.categories")
     seen: set[str] = set()
+    if cfg.benchmarks and cfg.benchmarks.group in {c.name for c in cfg.categories + cfg.composites}:
+        raise ConfigError(f"{source}: suite item group '{cfg.benchmarks.group}' is defined twice; rename "
+                          f"suite.benchmarks.group")
     for key in [f"{c.name}/{t.key}" for c in cfg.categories for t in c.tasks] + [c.name for c in cfg.composites]:
         if key in seen:
             raise ConfigError(f"{source}: suite item group '{key}' is defined twice; rename one")
@@ -304,35 +311,6 @@ def config_from_dict(raw: dict, source: str = "<dict>") -> EvalConfig:
     _parse_suite(raw.get("suite"), cfg, source)
     validate(cfg)
     return cfg
-
-
-def parse_reward(raw: Any, source: str) -> dict:
-    """The `reward:` section, checked by envs.reward.RewardOptions (training's own check): unknown keys with close
-    matches, wrong values with the key. Returns the keys as given."""
-    from envs.reward import RewardOptions
-
-    raw = dict(_mapping(raw, "reward", source))
-    names = {f.name for f in dataclasses.fields(RewardOptions)}
-    _check_keys(raw, names, "reward.", source)
-    for key, value in raw.items():
-        default = RewardOptions.__dataclass_fields__[key].default
-        if isinstance(default, (int, float)) and not isinstance(default, bool) and (
-                isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{source}: 'reward.{key}' must be a number, got {value!r}")
-        if isinstance(default, bool) and key != "answer_fallback" and not isinstance(value, bool):
-            raise ConfigError(f"{source}: 'reward.{key}' must be true/false, got {value!r}")
-    try:
-        RewardOptions(**raw)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{source}: 'reward': {err}") from err
-    return raw
-
-
-def reward_options(cfg: EvalConfig):
-    """The RewardOptions the evaluator scores with: the suite's `reward:` (its timeout_s, else score_timeout_s)."""
-    from envs.reward import RewardOptions
-
-    return RewardOptions(**{"timeout_s": cfg.score_timeout_s, **cfg.reward})
 
 
 def validate(cfg: EvalConfig) -> None:
@@ -393,14 +371,15 @@ def load_config(path: str, overrides: list[str] | None = None) -> EvalConfig:
 
 
 def select_categories(cfg: EvalConfig, names: list[str]) -> EvalConfig:
-    """`cfg` with only the named categories (reasoning-gym's `--category`) and no composites; an unknown name is an
-    error that lists the suite's categories."""
+    """`cfg` with only the named categories (reasoning-gym's `--category`), no composites or benchmarks; an unknown
+    name is an error that lists the suite's categories."""
     known = [c.name for c in cfg.categories]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"{cfg.source}: --category {', '.join(unknown)}: no such category in this suite; its "
                           f"categories: {', '.join(known) or 'none (composites only)'}")
-    return dataclasses.replace(cfg, categories=[c for c in cfg.categories if c.name in names], composites=[])
+    return dataclasses.replace(cfg, categories=[c for c in cfg.categories if c.name in names], composites=[],
+                               benchmarks=None)
 
 
 def _merge(raw: dict, overrides: list[str]) -> dict:

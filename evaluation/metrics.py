@@ -108,7 +108,7 @@ def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> 
 
 
 def aggregate(records: list[dict], pass_k: list[int], group_kinds: dict[str, str], resamples: int = 1000) -> dict:
-    """Per task, per group (category / composite) and overall metrics."""
+    """Per task, per group (category / composite / benchmark) and overall metrics (benchmark groups left out)."""
     by_task: dict[str, list[dict]] = defaultdict(list)
     by_group: dict[str, list[dict]] = defaultdict(list)
     for rec in records:
@@ -121,4 +121,5 @@ def aggregate(records: list[dict], pass_k: list[int], group_kinds: dict[str, str
     groups = {name: {"kind": group_kinds.get(name, "category"), "tasks": sorted({r["task_key"] for r in recs}),
                      **summarize(recs, pass_k, resamples)}
               for name, recs in by_group.items()}
-    return {"tasks": tasks, "groups": groups, "overall": summarize(records, pass_k, resamples)}
+    judged = [r for r in records if group_kinds.get(r["group"]) != "benchmark"]  # benchmarks inform, apart
+    return {"tasks": tasks, "groups": groups, "overall": summarize(judged, pass_k, resamples)}

@@ -98,7 +98,8 @@ def suite_items(name: str, only: set[str] | None = None) -> tuple:
     options, {task key: {question: [SuiteItem, ...] in position order}}, {task key: [question hash by position]})."""
     import dataclasses
 
-    from evaluation.config import load_config, reward_options
+    from evaluation.config import load_config
+    from evaluation.reward_section import reward_options
     from evaluation.suite import build_suite
 
     cfg = load_config(str(suite_path(name)), ["model.path=published"])

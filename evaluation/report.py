@@ -41,7 +41,8 @@ def markdown_table(results: dict) -> str:
             if st["group"] == group:
                 lines.append(row(group, st["task"], st))
         lines.append(row(f"**{group}**", f"**{gst['kind']} mean**", gst))
-    lines.append(row("**overall**", "", results["overall"]))
+    apart = [g for g, gst in results["groups"].items() if gst["kind"] == "benchmark"]
+    lines.append(row("**overall**", f"without {', '.join(apart)}" if apart else "", results["overall"]))
     run = results["run"]
     rate = f"{run['samples_per_s']} samples/s" if run.get("samples_per_s") else "nothing generated in this run"
     title = (f"# Evaluation: {run['model']}\n\nconfig `{run['config']}`, backend {run['backend']}, "

@@ -15,7 +15,10 @@ import os
 import time
 
 from evaluation.backends.base import Backend, Completion, GenRequest, build_backend
-from evaluation.config import ConfigError, EvalConfig, reward_options
+from evaluation.benchmarks import prepare as prepare_benchmarks
+from evaluation.benchmarks import run as run_benchmarks
+from evaluation.config import ConfigError, EvalConfig
+from evaluation.reward_section import reward_options
 from evaluation.metrics import aggregate, item_accuracy
 from evaluation.store import GenerationStore, atomic_write
 from evaluation.suite import SuiteItem, build_suite, group_kinds
@@ -37,6 +40,8 @@ def fingerprint(cfg: EvalConfig) -> dict:
         spec["chat_template_kwargs"] = cfg.model.chat_template_kwargs
     if cfg.items != "evaluation":  # the same: other items at the same seeds
         spec["items"] = cfg.items
+    if cfg.benchmarks:  # the same: lm-eval tasks beside the suite's
+        spec["benchmarks"] = dataclasses.asdict(cfg.benchmarks)
     return {"hash": hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16], "spec": spec}
 
 
@@ -171,14 +176,18 @@ def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None
     check_run_file(cfg, out_dir)
     t0 = time.perf_counter()
     items = build_suite(cfg)
+    benchmarks = prepare_benchmarks(cfg, out_dir) if cfg.benchmarks else []  # errors before any model loads
     build_s = time.perf_counter() - t0
     store = GenerationStore(os.path.join(out_dir, GENERATIONS))
     try:
         stats = generate_missing(cfg, items, store, backend)
+        if benchmarks:
+            stats["benchmarks"] = run_benchmarks(cfg, benchmarks, store, out_dir)
     finally:
         store.close()
-    records = [store.records[(i.item_id, s)] for i in items for s in range(cfg.sampling.n)
-               if (i.item_id, s) in store.records]
+    keys = [(i.item_id, s) for i in items for s in range(cfg.sampling.n)]
+    keys += [(item, 0) for task in benchmarks for item in task.item_ids(cfg.benchmarks.group)]
+    records = [store.records[key] for key in keys if key in store.records]
     results = aggregate(records, cfg.pass_k, group_kinds(cfg), cfg.bootstrap_samples)
     results["item_accuracy"] = item_accuracy(records)  # per item: what a paired comparison resamples
     gen_s = stats["generate_s"]
@@ -189,7 +198,7 @@ def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None
         "items": len(items), "suite_build_s": round(build_s, 3), "generated_samples": stats["samples"],
         "generate_s": round(gen_s, 3), "samples_per_s": round(stats["samples"] / gen_s, 3) if gen_s else None,
         "tokens_per_s": round(stats["tokens"] / gen_s, 1) if gen_s else None,
-        "fingerprint": fingerprint(cfg)["hash"], "complete": len(records) == len(items) * cfg.sampling.n,
+        "fingerprint": fingerprint(cfg)["hash"], "complete": len(records) == len(keys),
     }
     write_reports(results, out_dir)
     return results

@@ -129,7 +129,10 @@ def build_suite(cfg: EvalConfig) -> list[SuiteItem]:
 
 
 def group_kinds(cfg: EvalConfig) -> dict[str, str]:
-    """'category' or 'composite' for each group name (reports label them)."""
+    """'category', 'composite' or 'benchmark' for each group name (reports label them; a benchmark group informs and
+    stays out of the overall row and the verdict, unless the suite's `benchmarks.in_verdict` makes it a category)."""
     kinds = {c.name: "category" for c in cfg.categories}
     kinds.update({c.name: "composite" for c in cfg.composites})
+    if cfg.benchmarks:
+        kinds[cfg.benchmarks.group] = "category" if cfg.benchmarks.in_verdict else "benchmark"
     return kinds

@@ -11,7 +11,8 @@ from envs.run_scoring import eval_overrides, read_scoring, scoring_settings, wri
 from envs.verl_reward import compute_score
 from evaluation.backends.base import Completion
 from evaluation.compare import NotComparable, compare_results, comparison_markdown, paired_interval, verdict
-from evaluation.config import ConfigError, load_config, reward_options
+from evaluation.config import ConfigError, load_config
+from evaluation.reward_section import reward_options
 from evaluation.evaluate_model import main
 from evaluation.runner import score_completions
 from evaluation.suite import build_suite
