@@ -208,7 +208,7 @@ def test_one_seed_gives_one_run_resumed_or_not_validating_or_not(trained, tiny_r
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_checkpoint_exports_and_evaluates(trained, tmp_path):
+def test_checkpoint_exports_and_evaluates(trained, tiny_model_dir, tmp_path):
     run_dir, _, _ = trained
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     export = subprocess.run([sys.executable, "utils/load_fsdp_to_hf.py", str(run_dir / "ckpt"), str(tmp_path / "hf"),
@@ -224,6 +224,29 @@ def test_checkpoint_exports_and_evaluates(trained, tmp_path):
     assert evaluate.returncode == 0, evaluate.stdout[-3000:] + evaluate.stderr[-3000:]
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert results and (tmp_path / "eval" / "generations.jsonl").read_text().count("\n") == 6
+    # external benchmarks beside a Reasoning Gym category, base against trained: GSM8K- and MATH-format rows (local
+    # files, lm-eval's engine and task files), every row paired item by item
+    data = REPO / "tests" / "evaluation" / "data" / "benchmarks"
+    suite = ["suite.size=2", "suite.composites.mixed.size=2", "sampling.n=1", "pass_k=[1]",
+             "sampling.max_tokens=8", "suite.benchmarks.limit=2",
+             "suite.benchmarks.tasks.gsm8k.task=gsm8k_cot_llama", "suite.benchmarks.tasks.gsm8k.num_fewshot=0",
+             f"suite.benchmarks.tasks.gsm8k.data_files={data / 'gsm8k.jsonl'}",
+             "suite.benchmarks.tasks.math.task=hendrycks_math_algebra",
+             f"suite.benchmarks.tasks.math.data_files={data / 'math_algebra.jsonl'}"]
+    for side, model in (("base", tiny_model_dir), ("trained", tmp_path / "hf")):  # the fixture trains model=tiny
+        done = subprocess.run([sys.executable, "evaluation/evaluate_model.py", "--config", "configs/eval/smoke.yaml",
+                               "--model", str(model), "--output", str(tmp_path / side), *suite], cwd=REPO,
+                              env={**env, "HF_DATASETS_OFFLINE": "1"}, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "benchmark gsm8k: lm-eval gsm8k_cot_llama, 2 documents" in done.stdout
+    compare = subprocess.run([sys.executable, "evaluation/evaluate_model.py", "--compare", str(tmp_path / "base"),
+                              str(tmp_path / "trained"), "--output", str(tmp_path / "cmp")], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert compare.returncode == 0, compare.stdout[-3000:] + compare.stderr[-3000:]
+    for row in ("| arithmetic/basic_arithmetic |", "| external/gsm8k |", "| external/math |", "| external |"):
+        assert re.search(re.escape(row) + r" [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| \[[+-][\d.]+, [+-][\d.]+\] \| \d+ \|",
+                         compare.stdout), row
+    assert "  overall (without external) " in compare.stdout  # benchmarks inform; the overall row is Reasoning Gym's
 
 
 @pytest.mark.slow

@@ -86,14 +86,26 @@ FAMILIES = {
                                                                                    {"word_len": 0}}}},
                    "reward": {"use_accuracy": True, "secondary_rewards": [
                        {"name": "cosine", "scaling_factor": 0.3}, FORMAT]}},
+    # external_benchmarks/maths_llama_3b: Llama-3.2-3B-Instruct on nine maths tasks (their model path: their_config)
+    "external": {"reasoning_gym": {"dataset_size": 40000, "developer_prompt": "DeepSeekZero", "datasets": {
+                     task: {"weight": 1} for task in (
+                         "complex_arithmetic", "intermediate_integration", "polynomial_equations",
+                         "polynomial_multiplication", "simple_geometry", "bitwise_arithmetic", "chain_sum",
+                         "decimal_arithmetic", "decimal_chain_sum")}},
+                 "curriculum": OFF_CURRICULUM,
+                 "reward": {"use_accuracy": True, "secondary_rewards": [
+                     {"name": "cosine", "scaling_factor": 0.3}, FORMAT]}},
 }
+MODEL = {"external": "meta-llama/Llama-3.2-3B-Instruct"}
 PREFLIGHT = ["actor_rollout_ref.model.path=offline:tiny", "preflight=true", "env.preflight.prompts=4",
              "env.preflight.samples=2", "env.preflight.max_new_tokens=16", "env.preflight.length_check_items=8",
              "env.validation_size=4"]
 
 
 def their_config(family: str) -> dict:
-    return {**copy.deepcopy(FAMILIES[family]), **copy.deepcopy(VERL_OLD)}
+    raw = {**copy.deepcopy(FAMILIES[family]), **copy.deepcopy(VERL_OLD)}
+    raw["actor_rollout_ref"]["model"]["path"] = MODEL.get(family, raw["actor_rollout_ref"]["model"]["path"])
+    return raw
 
 
 def imported(tmp_path: Path, family: str, **changes) -> Path:
@@ -136,6 +148,21 @@ def test_inter_keys_land_where_they_belong(tmp_path):
     # their GPU keys meet our usual check: 4 GPUs asked for, 2 visible
     problems = hardware_problems(resolve_config(cfg, gpu_count=2), 2)
     assert any("trainer.n_gpus_per_node=4 but only 2 GPU(s) are visible" in p for p in problems)
+
+
+def test_the_external_benchmark_experiment_keeps_its_model_and_mix_and_runs_on_two_gpus_as_their_readme_says(
+        tmp_path, repo):
+    """external_benchmarks/maths_llama_3b: their Llama model and nine tasks, the same as configs/external_math.yaml
+    trains on; with their README's two-GPU overrides our checks pass."""
+    out = imported(tmp_path, "external")
+    cfg = compose_config("external", [], config_dir=out)
+    assert cfg.actor_rollout_ref.model.path == "meta-llama/Llama-3.2-3B-Instruct" and cfg.env.reward.format_reward == 0.2
+    theirs = yaml.safe_load((out / "external.mix.yaml").read_text())["tasks"]
+    ours = yaml.safe_load((repo / "configs" / "mix" / "external_math.yaml").read_text())["tasks"]
+    assert {t: w["weight"] for t, w in theirs.items()} == {t: w["weight"] for t, w in ours.items()}
+    two = compose_config("external", ["actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                                      "trainer.n_gpus_per_node=2"], config_dir=out)
+    assert hardware_problems(resolve_config(two, gpu_count=2), 2) == []
 
 
 def test_intra_and_curriculum_translations(tmp_path):

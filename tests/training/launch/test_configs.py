@@ -52,8 +52,9 @@ def test_config_passes_verl_and_our_checks_on_one_and_two_gpus(name):
     assert mix_path(cfg.env.mix).is_file()
 
 
-@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b",
-                                   "qwen3-4b", "qwen3-8b", "smollm2-135m", "tiny", "tiny-qwen3"])
+@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b",
+                                   "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "smollm2-135m", "tiny",
+                                   "tiny-qwen3"])
 def test_presets_compose(model):
     for hardware, gpus in (("1gpu", 1), ("2gpu", 2)):
         cfg = compose_config("grpo", [f"model={model}", f"hardware={hardware}"])

@@ -135,3 +135,18 @@ def test_cli_runs_the_preflight_without_a_gpu(tiny_model_dir, small, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[preflight] preflight=true" in done.stdout and "all checks passed" in done.stdout
     assert "device: cpu" in done.stdout and "ray init" not in done.stdout  # checked, nothing trained
+
+
+@pytest.mark.parametrize("model", ["llama3.2-3b", "llama3.2-1b"])
+def test_the_external_math_experiment_passes_the_preflight_with_each_llama_preset(model, small, capsys):
+    """configs/external_math.yaml with each Llama preset, on tiny stand-in weights (Meta's are gated on the hub). The
+    tiny model's offline-trained tokenizer writes its prompts longer than real ones (up to 662 tokens; SmolLM2's at
+    most 357 of the config's 512), hence the larger prompt limit here."""
+    overrides = [o for o in small if not o.startswith(("model=", "data.max_prompt_length="))]
+    cfg = compose_config("external_math", overrides + [f"model={model}", "actor_rollout_ref.model.path=offline:tiny",
+                                                       "data.max_prompt_length=768", "preflight=true"])
+    assert cfg.env.eval_suite == "configs/eval/external_math.yaml"
+    code = run(cfg)
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "all checks passed" in out and "intermediate_integration" in out
