@@ -1,5 +1,6 @@
-"""What the kit carries: requirements-gpu.lock's pins that the target image lacks or has at another version, in two
-tiers (`core`: everything the GPU path needs; `kernels`: vLLM's optional kernel packages and what only they need).
+"""What the kit carries: requirements-gpu.lock's pins that the target image lacks or has at another version, in tiers
+(`core`: everything the GPU path needs; `kernels`: vLLM's optional kernel packages and what only they need;
+`benchmarks`: lm-eval and what only it needs, prepared on request: `--tiers core,kernels,benchmarks`).
 
 The lock's `# via` comments are its reverse-dependency graph: a package belongs to the kernel tier when it is one of
 KERNEL_ROOTS or everything that pulls it in does. Stdlib only.
@@ -14,7 +15,9 @@ from pathlib import Path
 # vLLM 0.24.0's kernel packages: it declares them, but imports them only for the backends that use them
 KERNEL_ROOTS = ("flashinfer-python", "flashinfer-cubin", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
                 "tokenspeed-mla", "humming-kernels")
-TIERS = ("core", "kernels")
+# lm-evaluation-harness: external benchmarks in eval suites, which no stage of the GPU path runs
+BENCHMARK_ROOTS = ("lm-eval",)
+TIERS = ("core", "kernels", "benchmarks")
 
 
 def canonical(name: str) -> str:
@@ -104,9 +107,9 @@ def read_image(path: Path, freeze: Path | None = None) -> Image:
     return image
 
 
-def kernel_tier(pins: dict[str, Pin]) -> set[str]:
-    """KERNEL_ROOTS and every pin pulled in only by packages of the tier (a fixpoint over the lock's via graph)."""
-    tier = {name for name in KERNEL_ROOTS if name in pins}
+def kernel_tier(pins: dict[str, Pin], roots: tuple[str, ...] = KERNEL_ROOTS) -> set[str]:
+    """`roots` and every pin pulled in only by packages of the tier (a fixpoint over the lock's via graph)."""
+    tier = {name for name in roots if name in pins}
     grew = True
     while grew:
         grew = False
@@ -127,7 +130,7 @@ def select(pins: dict[str, Pin], image: Image, overrides: dict[str, str] | None 
     unknown = set(overrides) - set(pins)
     pins = {**pins, **{name: Pin(name, version, ("overrides",)) for name, version in overrides.items()
                        if name in unknown}}
-    kernels = kernel_tier(pins)
+    kernels, benchmarks = kernel_tier(pins), kernel_tier(pins, BENCHMARK_ROOTS)
     choices = []
     for name, pin in sorted(pins.items()):
         if only is not None and name not in only:
@@ -145,7 +148,8 @@ def select(pins: dict[str, Pin], image: Image, overrides: dict[str, str] | None 
             choices.append(Choice(pin, None, "image has it"))
         else:
             reason = {"absent": "not in the image", None: "image version unknown"}.get(have, f"image has {have}")
-            choices.append(Choice(pin, "kernels" if name in kernels else "core", reason))
+            tier = "kernels" if name in kernels else "benchmarks" if name in benchmarks else "core"
+            choices.append(Choice(pin, tier, reason))
     return choices
 
 

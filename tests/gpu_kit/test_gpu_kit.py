@@ -43,6 +43,14 @@ def test_the_kernel_tier_is_vllms_kernel_packages_and_what_only_they_pull_in():
         assert PINS[name].via and all(parent in kernels for parent in PINS[name].via), name
 
 
+def test_the_benchmarks_tier_is_lm_eval_and_what_only_it_pulls_in():
+    benchmarks = selection.kernel_tier(PINS, selection.BENCHMARK_ROOTS)
+    assert {"lm-eval", "scikit-learn", "scipy", "sacrebleu", "sqlitedict"} <= benchmarks
+    assert not benchmarks & {"datasets", "transformers", "torch", "accelerate", "numpy"}  # the GPU path needs them
+    image = selection.read_image(REPO / "gpu_kit" / "image.txt")
+    assert {c.pin.name for c in selection.select(PINS, image) if c.tier == "benchmarks"} <= benchmarks
+
+
 def test_the_image_stack_stays_and_python_312_gets_the_setuptools_vllm_needs():
     image = selection.read_image(REPO / "gpu_kit" / "image.txt")
     overrides = selection.read_pins(REPO / "gpu_kit" / "python3.12.txt")
