@@ -3,6 +3,8 @@ engine and task files on the tiny model, reading small local files in GSM8K's, M
 (tests/evaluation/data/benchmarks/, written for these tests); bad input named before any model loads."""
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,42 @@ def test_a_task_file_in_reasoning_gyms_lmeh_style_runs_through_the_include_path(
     assert results["tasks"]["external/rg_gsm8k"]["n_items"] == 3 and results["run"]["complete"]
     record = json.loads((tmp_path / "out" / "generations.jsonl").read_text().splitlines()[-1])
     assert record["answer"] == "32" and record["metadata"] == {"filter": "strict-match", "metric": "exact_match"}
+
+
+class ChatServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint that answers GSM8K questions it knows: right for all but the third."""
+
+    ANSWERS = {"6 trays": "48", "15 marbles": "11", "23 people": "99"}  # the third's gold is 32
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        question = body["messages"][-1]["content"]
+        answer = next((a for key, a in self.ANSWERS.items() if key in question), "0")
+        data = json.dumps({"choices": [{"message": {"content": f"Working. The final answer is {answer}"},
+                                        "finish_reason": "stop", "index": 0}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_served_model_is_scored_by_lm_evals_own_metric_per_document(tmp_path):
+    """model.backend openai: lm-eval's local-chat-completions model against a server; its right answers count 1,
+    its wrong one 0, document by document."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        raw = suite("served", tasks={"gsm8k": TASKS["gsm8k"]})
+        raw["model"] = {"backend": "openai", "path": "served", "base_url": f"http://127.0.0.1:{server.server_port}/v1",
+                        "max_concurrency": 1}
+        del raw["suite"]["categories"]
+        results = run_evaluation(config_from_dict(raw, "suite.yaml"), str(tmp_path))
+    finally:
+        server.shutdown()
+    records = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    assert [(r["pred"], r["accuracy"]) for r in records] == [("48", 1.0), ("11", 1.0), ("99", 0.0)]
+    assert results["tasks"]["external/gsm8k"]["accuracy"] == pytest.approx(2 / 3)
