@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from evaluation.benchmark_config import BenchmarksConfig, BenchmarkTask
 from evaluation.config import ConfigError, EvalConfig, ModelConfig
@@ -228,7 +229,7 @@ def run(cfg: EvalConfig, prepared: list[PreparedTask], store, out_dir: str) -> d
     lm = build_lm(cfg.model)
     tokenizer = getattr(lm, "tokenizer", None)
     summary_path = os.path.join(out_dir, "benchmarks.json")
-    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
+    summary = json.loads(Path(summary_path).read_text()) if os.path.exists(summary_path) else {}
     for task in pending:
         spec, name = task.spec, task.task.config.task
         kwargs = gen_kwargs(cfg, spec)
