@@ -61,7 +61,7 @@ def check_task_files(folders: list[str], source: str) -> None:
                                       f"task file ({type(err).__name__}: {err}); fix it or move it out") from err
 
 
-def _local_task_file(spec: BenchmarkTask, yaml_path: str, out_dir: str) -> str:
+def _local_task_file(spec: BenchmarkTask, yaml_path: str, out_dir: str, where: str) -> str:
     """A task file that includes the registered one and reads its data from spec.data_files (every split it names)."""
     import yaml
     from lm_eval.tasks._yaml_loader import load_yaml
@@ -71,7 +71,7 @@ def _local_task_file(spec: BenchmarkTask, yaml_path: str, out_dir: str) -> str:
     files = {s: spec.data_files.get(s, spec.data_files.get("*")) for s in splits}
     missing = sorted(s for s, f in files.items() if f is None)
     if missing:
-        raise ConfigError(f"suite.benchmarks.tasks.{spec.key}.data_files: {spec.task} reads splits {sorted(splits)}; "
+        raise ConfigError(f"{where}.data_files: {spec.task} reads splits {sorted(splits)}; "
                           f"give a file for {missing} too (or one file for every split)")
     kind = "json" if all(f.endswith((".json", ".jsonl")) for f in files.values()) else "parquet"
     override = {"include": yaml_path, "task": base.get("task", spec.task), "dataset_path": kind,
@@ -134,11 +134,9 @@ def prepare(cfg: EvalConfig, out_dir: str) -> list[PreparedTask]:
             if entry.yaml_path is None or name in manager.all_groups or name in manager.all_tags:
                 raise ConfigError(f"{where}.data_files: {name} is a group or has no task file; name its tasks one "
                                   f"by one, each with its data_files")
-            name = _local_task_file(spec, str(entry.yaml_path), out_dir)
+            name = _local_task_file(spec, str(entry.yaml_path), out_dir, where)
         try:
             loaded = manager.load([name])["tasks"]
-        except ConfigError:
-            raise
         except Exception as err:  # noqa: BLE001 - lm-eval and datasets raise many kinds: name the task and the fix
             raise ConfigError(f"{where}: lm-eval could not load {spec.task} ({type(err).__name__}: {err}); "
                               + ("check its data_files" if spec.data_files else OFFLINE_FIX)) from err
