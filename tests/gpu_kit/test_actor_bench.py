@@ -7,8 +7,9 @@ import sys
 import pytest
 import torch
 
-from gpu_kit import actor_bench
-from gpu_kit.actor_bench import Bench, Shape, cu_seqlens_from_positions, packed_micro_batches, padded_micro_batches
+from gpu_kit import actor_bench, actor_paths
+from gpu_kit.actor_bench import Bench, Shape, packed_micro_batches, padded_micro_batches
+from gpu_kit.actor_paths import cu_seqlens_from_positions
 
 DRY = Shape("qwen2.5-0.5b", 3, 2, 20, 6, 6, 64, False)  # GQA (14 query heads, 2 key/value heads) at toy width
 
@@ -39,7 +40,7 @@ def test_the_packed_paths_agree_with_the_padded_one_and_a_leak_across_sequences_
         assert record["status"] == "ok" and record["tokens_with_padding"] == record["tokens"], (path, record)
         assert record["micro_batches"] < len(bench.lengths)  # sequences share a row
         assert record["agreement"]["hidden_max_rel"] < 1e-4 and record["agreement"]["logprob_max_abs"] < 1e-4
-    monkeypatch.setattr(actor_bench, "cu_seqlens_from_positions",
+    monkeypatch.setattr(actor_paths, "cu_seqlens_from_positions",
                         lambda positions, torch: (torch.tensor([0, positions.numel()], dtype=torch.int32),
                                                   positions.numel()))
     leaking = bench.attention_path("varlen_packed")
