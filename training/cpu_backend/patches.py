@@ -16,7 +16,7 @@ A third entry is data, not code: verl looks the in-worker rollout adapter up in 
 
 from __future__ import annotations
 
-ROLLOUT_ADAPTER = "training.cpu_backend.rollout.TransformersRolloutAdapter"
+ROLLOUT_ADAPTER = "training.cpu_backend.rollout_adapter.TransformersRolloutAdapter"
 
 
 def gloo_process_group(timeout_second=None, backend=None):

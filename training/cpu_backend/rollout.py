@@ -11,8 +11,9 @@ Three parts, one per verl role (the same split vLLM has in verl):
   what they have ("aborted": verl's FullyAsyncLLMServerClient sends them again, prompt + partial response, once
   `resume_generation` opens the gate); requests that arrive or wait meanwhile are parked until then.
 - `TransformersReplica` (verl's `RolloutReplicaRegistry`, name "transformers"): starts the servers.
-- `TransformersRolloutAdapter` (built inside each actor worker): receives the actor's weights after every update
-  through verl's own "naive" weight-sync path and ships them to its replica's server; forwards sleep / wake-up.
+- `TransformersRolloutAdapter` (built inside each actor worker; training/cpu_backend/rollout_adapter.py): receives
+  the actor's weights after every update through verl's own "naive" weight-sync path and ships them to its
+  replica's server; forwards sleep / wake-up.
 """
 
 from __future__ import annotations
@@ -28,99 +29,16 @@ from typing import Any, Optional
 import numpy as np
 import ray
 import torch
-from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from training.cpu_backend import ROLLOUT_NAME
+from training.cpu_backend.decode_progress import DecodeProgress
+from training.cpu_backend.rollout_adapter import from_wire, server_actor_name
 from training.cpu_backend.sampling import SamplingSpec, sample_batch
 from utils.gqa_sdpa import use_gqa_sdpa
 
 PROGRESS_ENV = "RG_GRPO_ROLLOUT_PROGRESS"  # seconds between progress updates of a batch's decoding; 0: no progress
 logger = logging.getLogger(__name__)
-
-
-def server_actor_name(replica_rank: int) -> str:
-    """Returns the Ray actor name of a replica's server (the adapter finds it by name)."""
-    return f"{ROLLOUT_NAME}_server_{replica_rank}"
-
-
-def _to_wire(tensor: torch.Tensor) -> tuple[np.ndarray, str]:
-    """Returns a numpy view Ray can ship without a copy (bf16/fp16 as raw 16-bit words) and the dtype name."""
-    tensor = tensor.detach().to("cpu").contiguous()
-    if tensor.dtype in (torch.bfloat16, torch.float16):
-        return tensor.view(torch.int16).numpy(), str(tensor.dtype)
-    return tensor.numpy(), str(tensor.dtype)
-
-
-def _from_wire(array: np.ndarray, dtype: str) -> torch.Tensor:
-    tensor = torch.from_numpy(np.array(array, copy=True))
-    if dtype in ("torch.bfloat16", "torch.float16"):
-        return tensor.view(getattr(torch, dtype.split(".")[1]))
-    return tensor
-
-
-def progress_bar(total: int, desc: str):
-    """Returns a tqdm-like bar: Ray's tqdm_ray inside an actor (the driver draws it in its terminal; a plain tqdm in
-    an actor would reach the driver as broken lines), plain tqdm elsewhere."""
-    if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
-        from ray.experimental.tqdm_ray import tqdm as ray_tqdm
-
-        return ray_tqdm(total=total, desc=desc, unit="tok", flush_interval_s=0.0)
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="tok", leave=False)
-
-
-class DecodeProgress:
-    """Progress of one batch's decode loop: tokens decoded of the batch's max new tokens, and sequences finished.
-
-    Counts the model's forward calls through a forward hook (the first call of a batch is the prefill, each later one
-    feeds back one sampled token per row), so the loop itself does no extra work. The bar appears once a batch has
-    run `seconds` (quick batches show nothing) and refreshes every `seconds`; only then does it count the finished
-    rows: those whose fed-back token is EOS or padding (a row stopped by its own token limit counts one step late).
-    `seconds` <= 0: off, no hook. Used from one thread at a time (the server samples one batch at a time).
-    """
-
-    def __init__(self, model, seconds: float, label: str, stop_tokens: set[int]):
-        self.seconds, self.label = float(seconds), label
-        self.stop_tokens = torch.tensor(sorted(stop_tokens))
-        self.bar, self.active, self.calls, self.rows, self.total, self.shown = None, False, 0, 0, 0, 0.0
-        if self.seconds > 0:
-            model.register_forward_hook(self._on_forward, with_kwargs=True)
-
-    def start(self, rows: int, max_new_tokens: int) -> None:
-        self.bar, self.active, self.calls, self.rows, self.total = None, self.seconds > 0, 0, rows, max_new_tokens
-        self.shown = time.monotonic()  # the bar appears `seconds` after the batch starts
-
-    def _on_forward(self, module, args, kwargs, output) -> None:
-        if not self.active:
-            return
-        self.calls += 1
-        now = time.monotonic()
-        if self.calls > 1 and now - self.shown >= self.seconds:
-            self.shown = now
-            if self.bar is None:  # appears at 0, so that the driver's bar measures the rate from here
-                self.bar = progress_bar(self.total, f"{self.label}: {self.rows} seqs")
-                self.bar.refresh()
-                return
-            finished = int(torch.isin(kwargs["input_ids"], self.stop_tokens).sum())
-            self._show(self.calls - 1, f"{finished}/{self.rows} seqs done")
-
-    def _show(self, decoded: int, status: str) -> None:
-        self.bar.n = decoded
-        self.bar.set_description(f"{self.label}: {status}")  # draws the bar (from an actor: one line to the driver)
-
-    def finish(self, sampled) -> None:
-        """Shows the batch's final count and closes its bar, if it had one."""
-        self.active = False
-        if self.bar is not None:
-            at_eos = sum(s.finished_by_eos for s in sampled)
-            self._show(max((len(s.token_ids) for s in sampled), default=0),
-                       f"{len(sampled)}/{self.rows} seqs done, {at_eos} at EOS")
-            self.bar.close()
-            self.bar = None
-
-
 STALL_SECONDS = 5.0  # an announced submission whose requests stop arriving this long is sampled as it is
 
 
@@ -336,7 +254,7 @@ class TransformersServer:
                 param = params.get(name)
                 if param is None:
                     continue  # e.g. lm_head.weight of a tied model arrives under the embedding's name only
-                tensor = _from_wire(array, dtype)
+                tensor = from_wire(array, dtype)
                 if param.numel() == 0:
                     param.data = torch.empty(self.shapes[name][0], dtype=self.shapes[name][1])
                 param.data.copy_(tensor.to(param.dtype).view(self.shapes[name][0]))
@@ -457,54 +375,3 @@ class TransformersReplica(RolloutReplica):
         return False
 
 
-class TransformersRolloutAdapter(BaseRollout):
-    """Built by verl inside each actor worker (`get_rollout_class`): the worker's link to its replica's server."""
-
-    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1, **_: Any):
-        super().__init__(config, model_config, device_mesh)
-        rank = int(os.environ.get("RANK", "0"))
-        world = self.config.tensor_model_parallel_size * self.config.data_parallel_size
-        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
-        self.has_server = rank % world == 0
-        self.server = None
-        self.bucket_bytes = int(self.config.checkpoint_engine.update_weights_bucket_megabytes) << 20
-
-    def _server(self):
-        if self.server is None:
-            self.server = ray.get_actor(server_actor_name(self.replica_rank))
-        return self.server
-
-    async def resume(self, tags: list[str]):
-        if self.has_server:
-            await self._server().wake_up.remote(tags=tags)
-
-    async def release(self):
-        if self.has_server:
-            await self._server().sleep.remote()
-
-    @torch.no_grad()
-    async def update_weights(self, weights, global_steps: int = None, wire_format: str = "named_tensors",
-                             peft_config=None, **kwargs):
-        """Ships the actor's full tensors to the server in buckets, then has it check and finish the update."""
-        if wire_format != "named_tensors":
-            raise NotImplementedError(f"the transformers rollout takes full tensors, not {wire_format!r}")
-        if peft_config is not None:
-            raise NotImplementedError("LoRA adapters are synced merged on CPU: set actor_rollout_ref.model.lora.merge=true")
-        start = time.perf_counter()
-        bucket, size = {}, 0
-        if self.has_server:
-            await self._server().begin_weight_update.remote()
-        for name, tensor in weights:  # every rank iterates: full tensors are gathered collectively
-            if not self.has_server:
-                continue
-            bucket[name] = _to_wire(tensor)
-            size += tensor.numel() * tensor.element_size()
-            if size >= self.bucket_bytes:
-                await self._server().load_weights.remote(bucket)
-                bucket, size = {}, 0
-        if self.has_server:
-            if bucket:
-                await self._server().load_weights.remote(bucket)
-            await self._server().finish_weight_update.remote(global_steps)
-            logger.info("weights synced to %s in %.2f s", server_actor_name(self.replica_rank),
-                        time.perf_counter() - start)

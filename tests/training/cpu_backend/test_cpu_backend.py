@@ -320,7 +320,7 @@ def test_server_takes_ignore_eos_from_the_rollout_config(tiny_model_dir):
 
 
 def test_server_sleep_releases_weights_and_sync_restores_them(server):
-    from training.cpu_backend.rollout import _to_wire
+    from training.cpu_backend.rollout_adapter import to_wire
 
     state = {name: p.detach().clone() for name, p in server.model.named_parameters()}
     prompt, greedy = list(range(5, 30)), {"temperature": 0, "logprobs": True}
@@ -330,7 +330,7 @@ def test_server_sleep_releases_weights_and_sync_restores_them(server):
         assert all(p.numel() == 0 for p in server.model.parameters())
         await server.wake_up(tags=["weights"])
         server.begin_weight_update()
-        server.load_weights({name: _to_wire(t) for name, t in weights.items()})
+        server.load_weights({name: to_wire(t) for name, t in weights.items()})
         server.finish_weight_update(global_steps=7)
         await server.wake_up(tags=["kv_cache"])
         return await server.generate(prompt, dict(greedy), "x")
@@ -347,11 +347,11 @@ def test_server_sleep_releases_weights_and_sync_restores_them(server):
 
 
 def test_server_refuses_an_incomplete_weight_sync(server):
-    from training.cpu_backend.rollout import _to_wire
+    from training.cpu_backend.rollout_adapter import to_wire
 
     name, tensor = next(iter(server.model.named_parameters()))
     server.begin_weight_update()
-    server.load_weights({name: _to_wire(tensor)})
+    server.load_weights({name: to_wire(tensor)})
     with pytest.raises(RuntimeError, match="missed"):
         server.finish_weight_update()
     with pytest.raises(RuntimeError, match="without complete weights"):
@@ -359,10 +359,10 @@ def test_server_refuses_an_incomplete_weight_sync(server):
 
 
 def test_wire_format_round_trips_bf16():
-    from training.cpu_backend.rollout import _from_wire, _to_wire
+    from training.cpu_backend.rollout_adapter import from_wire, to_wire
 
     tensor = torch.randn(3, 4).to(torch.bfloat16)
-    assert torch.equal(_from_wire(*_to_wire(tensor)), tensor)
+    assert torch.equal(from_wire(*to_wire(tensor)), tensor)
 
 
 def test_an_announced_submission_samples_alike_whatever_its_arrival(server):
