@@ -159,7 +159,7 @@ def ours_row(step: int, m: dict, arm: str = "ours") -> dict:
             "other": total - generation - train, "phases": phases, "data": float(m.get("timing/data", 0.0)),
             "response_length": m.get("response_length/mean"), "reward": m.get("critic/score/mean"),
             "rollout_probs_diff_mean": m.get("training/rollout_probs_diff_mean"),
-            # shares of the update's sequences and tokens left out (zero advantage: training/update_skip.py)
+            # shares of the update's sequences and tokens left out (zero advantage: training/zero_advantage/rules.py)
             "update_skipped": m.get("actor/update_skipped/sequences"),
             "update_skipped_tokens": m.get("actor/update_skipped/tokens")}
 

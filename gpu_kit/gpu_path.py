@@ -43,8 +43,8 @@ QUICKSTART_GPU = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "
 SPEED = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=false", "trainer.test_freq=-1",
          "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
          "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.model.enable_gradient_checkpointing=true"]
-# the update's zero-advantage skip (training/update_skip.py) at the 1.5B shape, on and off: no KL loss and no entropy
-# bonus (the skip's condition), one update a step, half the groups flat by a speed-only reward
+# the update's zero-advantage skip (training/zero_advantage/rules.py) at the 1.5B shape, on and off: no KL loss and
+# no entropy bonus (the skip's condition), one update a step, half the groups flat by a speed-only reward
 SKIP = ["actor_rollout_ref.rollout.ignore_eos=true", "trainer.val_before_train=false", "trainer.test_freq=-1",
         "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0",

@@ -54,7 +54,7 @@ from training.launch.hardware import (  # noqa: E402
 from training.launch.memory import apply_gpu_memory  # noqa: E402
 from training.launch.resume import AlreadyFinished, check_resume  # noqa: E402
 from training.launch.startup import apply_startup_settings  # noqa: E402
-from training.update_skip import load_skip_engine, skip_line, skip_refusal  # noqa: E402
+from training.zero_advantage.rules import load_skip_engine, skip_line, skip_refusal  # noqa: E402
 
 
 def load_tokenizer(cfg: DictConfig):

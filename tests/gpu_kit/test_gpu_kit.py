@@ -377,7 +377,7 @@ def test_the_speed_stages_train_grpo_as_the_presets_do_and_the_quickstart_stages
         assert not actor.use_kl_loss and actor.optim.lr == 3e-5, stage_id
         assert actor.ppo_mini_batch_size == composed[stage_id].data.train_batch_size == 16, stage_id
     assert [composed[f"f_quickstart{tail}"].env.seed for tail in ("", "_seed1", "_seed2")] == [0, 1, 2]
-    from training.update_skip import skip_refusal  # the skip stages: the same run, the skip on and off
+    from training.zero_advantage.rules import skip_refusal  # the skip stages: the same run, the skip on and off
 
     assert skip_refusal(composed["g4_skip_qwen15b"]) is None
     assert skip_refusal(composed["g4_noskip_qwen15b"]) == "env.skip_zero_advantage=false"

@@ -92,7 +92,7 @@ def main(model_dir: str, loss_agg_mode: str, moving_rows: str) -> None:
 
 def rank_rows(rank: int, store: str, out: str) -> None:
     """rows_to_run on rank `rank` of 2: rank 0 has 3 moving rows of 8, rank 1 none."""
-    from training.skip_engine import rows_to_run
+    from training.zero_advantage.engine import rows_to_run
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     moving = torch.tensor([True, False, True, False, False, True, False, False])

@@ -1,4 +1,4 @@
-"""The update leaves out zero-advantage sequences exactly (training/update_skip.py, training/skip_engine.py).
+"""The update leaves out zero-advantage sequences exactly (training/zero_advantage/rules.py, training/zero_advantage/engine.py).
 
 The engine's updates run in their own process (tests/training/skip_update.py: verl's platform is read when verl
 is first imported, and the engine needs a process group): the CPU backend's real engine, verl's real loss.
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from training.launch.config import compose_config
-from training.update_skip import load_skip_engine, skip_line, skip_refusal
+from training.zero_advantage.rules import load_skip_engine, skip_line, skip_refusal
 
 REPO = Path(__file__).resolve().parents[2]
 MOVING = "0,3,4,7,10"  # 5 of 12 rows in micro-batches of 2: three micro-batches run, one zero row among them
@@ -59,7 +59,7 @@ def test_every_rank_runs_the_same_whole_micro_batches():
 
 
 def test_moving_rows_reads_the_response_tokens_only():
-    from training.skip_engine import moving_rows
+    from training.zero_advantage.engine import moving_rows
 
     nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
     data = {"advantages": nested([torch.zeros(3), torch.tensor([0.0, 0.5]), torch.tensor([0.0, 2.0]),
@@ -95,7 +95,7 @@ def test_a_cuda_run_loads_the_skip_engine_after_the_users_modules(monkeypatch):
     cfg = compose_config("dapo", [])
     load_skip_engine(cfg)
     load_skip_engine(cfg)
-    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "my_plugin,training.skip_engine"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "my_plugin,training.zero_advantage.engine"
 
 
 def test_contract_verls_fsdp_engine_takes_the_normaliser_from_the_whole_batch():

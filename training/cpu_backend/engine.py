@@ -14,7 +14,7 @@ unless that is fp32 (the CPU default), and the weights stay in the dtype they we
 The language-model engine also asks the model for logits from the first scored position on (`ScoredColumnsMixin`):
 verl computes logits, log-softmax and entropy over every prompt token and then drops them, and on a CPU the LM head
 is a fifth of a small model's per-token compute (BENCHMARKS.md, issue 49). Its update leaves out the sequences whose
-advantage is 0 where that is exact (training/update_skip.py).
+advantage is 0 where that is exact (training/zero_advantage/rules.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
-from training.skip_engine import ZeroAdvantageSkipMixin
+from training.zero_advantage.engine import ZeroAdvantageSkipMixin
 
 
 def keeps_plain_module(world_size: int, lora: bool) -> bool:
@@ -174,7 +174,7 @@ class ScoredColumnsMixin:
 
 class SingleRankEngineWithLMHead(ZeroAdvantageSkipMixin, ScoredColumnsMixin, _SingleRankMixin, FSDPEngineWithLMHead):
     """verl's language-model engine (actor, reference) for the CPU backend, with the zero-advantage skip
-    (training/update_skip.py)."""
+    (training/zero_advantage/rules.py)."""
 
 
 class SingleRankEngineWithValueHead(_SingleRankMixin, FSDPEngineWithValueHead):

@@ -209,7 +209,7 @@ def truncation_note(event: dict) -> str:
 
 
 def skip_note(event: dict) -> str:
-    """The step line's note when the update left zero-advantage sequences out (training/update_skip.py)."""
+    """The step line's note when the update left zero-advantage sequences out (training/zero_advantage/rules.py)."""
     if event.get("optimizer_step_skipped", 0) >= 1:
         return "  no optimizer step (every sequence had advantage 0)"
     if not event.get("update_skipped"):

@@ -39,7 +39,7 @@ STEP_KEYS = {  # console name -> verl / env metric
     "step_seconds": "timing_s/step",
     "tokens_per_second": "perf/throughput",
     "gen_seconds": "timing_s/gen",
-    # shares the actor's update left out (training/update_skip.py); 1.0: no optimizer step
+    # shares the actor's update left out (training/zero_advantage/rules.py); 1.0: no optimizer step
     "update_skipped": "actor/update_skipped/sequences",
     "update_skipped_tokens": "actor/update_skipped/tokens",
     "optimizer_step_skipped": "actor/update_skipped/optimizer_step",

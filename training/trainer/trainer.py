@@ -12,9 +12,10 @@ Both are `ReasoningGymAdditions` over verl's class; what the additions change:
 - `step` (public) calls verl's step, then reads the step's scored responses from TransferQueue to log env/* metrics,
   feed the curriculum and the task sampler (envs.sampler) and dump a few groups with their reward fields
   (training/trainer/generations.py, `env.dump`), before verl saves the checkpoint of that step;
-- under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`, which reads
-  the groups verl drops before it clears them, so they count for the curriculum and the sampler too (see there);
-- `_update_actor` tells the actor's engine whether to leave out the zero-advantage sequences (training/update_skip.py);
+- under dynamic sampling (or failed-group refill) verl's replay buffer becomes `ObservingReplayBuffer`
+  (training/trainer/replay_buffers.py), which reads the groups verl drops before it clears them, so they count for
+  the curriculum and the sampler too (see there);
+- `_update_actor` tells the actor's engine whether to leave out the zero-advantage sequences (training/zero_advantage/rules.py);
 - `fit` hands verl the agent-loop manager wrapped in `OrderedSubmissions` and the replay buffer lists each sampled
   batch in submission order, not arrival order (training/trainer/seeding.py): a run of one seed repeats exactly
   (sync only: the CPU server is told each submission's size; async batches depend on timing);
@@ -30,7 +31,6 @@ import time
 import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -57,8 +57,9 @@ from training.trainer.metrics import (
 )
 from training.trainer.progress import PROGRESS_FILE, ProgressTracking, append_event, hold_for_step
 from training.trainer.rendezvous import choose_port_range, rendezvous_ports
-from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions, ordered_keys
-from training.update_skip import DATA_KEY, METRIC_PREFIX, skip_refusal
+from training.trainer.replay_buffers import REPLAY_BUFFERS
+from training.trainer.seeding import CPU_ROLLOUT_NAME, OrderedSubmissions
+from training.zero_advantage.rules import DATA_KEY, METRIC_PREFIX, skip_refusal
 
 TRAINER_NAME = "reasoning_gym"
 ASYNC_TRAINER_NAME = "reasoning_gym_async"
@@ -80,73 +81,6 @@ def needs_exact_refill(config: DictConfig) -> bool:
     sampler = config.trainer.v1.get("sampler") or {}
     return bool(is_async(config) or filter_groups.get("enable", False)
                 or sampler.get("sync_refill_failed_groups", False))
-
-
-class GuardedReplayBuffer(ReplayBuffer):
-    """verl's sync replay buffer that shows the trainer each sampled batch before it is trained on (`guard`), so that
-    a batch short of failed samples stops the run instead of training (training/trainer/faults.py)."""
-
-    guard = None  # callable(batch, metrics), set by the trainer
-    order = None  # {uid: (submission, position)} of OrderedSubmissions, set by the trainer's fit
-
-    def sample(self, *args, **kwargs):
-        batch, metrics = super().sample(*args, **kwargs)
-        if self.guard is not None:
-            self.guard(batch, metrics)
-        return batch, metrics
-
-    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str], partition_snapshot: dict):
-        """verl's batch, its trajectories listed in submission order (seeding.ordered_keys) instead of arrival order."""
-        batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
-        if self.order is None:
-            return batch
-        keys, tags = ordered_keys(batch.keys, batch.tags, self.order)
-        for uid in selected_prompt_uids:
-            self.order.pop(uid, None)
-        return type(batch)(keys=keys, tags=tags, partition_id=batch.partition_id, fields=batch.fields,
-                           extra_info=batch.extra_info)
-
-
-class ObservingReplayBuffer(GuardedReplayBuffer):
-    """verl's sync replay buffer that shows the trainer each finished training group before verl clears it.
-
-    Under dynamic sampling (algorithm.filter_groups.enable) verl evicts the groups whose scores are all equal
-    (`_evict_terminal_groups`) and, once it has enough groups, discards the surplus (`sample`); both go through
-    `_clear_groups(partition_id, uids)`, which deletes them from TransferQueue (`tq.kv_clear`). Those groups never
-    reach `step()`'s batch, yet they are exactly what a learnability signal must see (the flat groups) and what the
-    curriculum must see (the all-correct groups that tell it to promote). verl has no public hook between the decision
-    and the clear, and its public `sample()` returns only counts per reward value, not which task a group belonged
-    to; the custom_sampler config hook would replace the whole buffer and drop verl's own filter settings. So this
-    class overrides the one private method, reads the groups' responses while they are still stored, and then calls
-    verl's. The contract test in tests/training/trainer/test_trainer.py pins the code it relies on (signature, trajectory key format
-    `{uid}_{i}`, the two callers). Failed groups (a session errored: partial, possibly unscored) are not observed.
-    """
-
-    observer = None  # callable(trajectory keys, partition_id), set by the trainer
-
-    def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
-        if self.observer is not None and partition_id == "train" and uids:
-            finished = set(uids) & self.finished_keys[partition_id]
-            keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in finished]
-            keys, _ = ordered_keys(keys, [{}] * len(keys), self.order or {})
-            if keys:
-                self.observer(keys, partition_id)
-        for uid in uids:
-            (self.order or {}).pop(uid, None)
-        super()._clear_groups(partition_id, uids)
-
-
-class GuardedReplayBufferAsync(GuardedReplayBuffer, ReplayBufferAsync):
-    """GuardedReplayBuffer's guard and order over verl's async buffer (staleness drops, refill of exactly k)."""
-
-
-class ObservingReplayBufferAsync(ObservingReplayBuffer, ReplayBufferAsync):
-    """ObservingReplayBuffer over verl's async buffer: the groups it evicts (flat under dynamic sampling, or past
-    the off-policy bound) are read before they are cleared, as observations for the curriculum and the sampler."""
-
-
-REPLAY_BUFFERS = {ReplayBuffer: (GuardedReplayBuffer, ObservingReplayBuffer),
-                  ReplayBufferAsync: (GuardedReplayBufferAsync, ObservingReplayBufferAsync)}
 
 
 class ReasoningGymAdditions:
@@ -207,7 +141,7 @@ class ReasoningGymAdditions:
         (verl routes by load)."""
         if str(self.config.actor_rollout_ref.rollout.name) != CPU_ROLLOUT_NAME:
             return None  # checked before the import below, which registers the CPU backend
-        from training.cpu_backend.rollout import server_actor_name
+        from training.cpu_backend.rollout_adapter import server_actor_name
 
         servers = []
         for rank in range(2):

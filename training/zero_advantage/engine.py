@@ -1,7 +1,7 @@
-"""The FSDP engine's side of the zero-advantage skip (training/update_skip.py says when and why it is exact).
+"""The FSDP engine's side of the zero-advantage skip (training/zero_advantage/rules.py says when and why it is exact).
 
 Mixed into the CPU backend's engine (training/cpu_backend/engine.py) and, on CUDA, into verl's FSDP engine through
-`register_cuda_engine` (run in every worker: `VERL_USE_EXTERNAL_MODULES=training.skip_engine`, set by the launch).
+`register_cuda_engine` (run in every worker: `VERL_USE_EXTERNAL_MODULES=training.zero_advantage.engine`, set by the launch).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from training.update_skip import DATA_KEY, METRIC_PREFIX, loss_refusal
+from training.zero_advantage.rules import DATA_KEY, METRIC_PREFIX, loss_refusal
 
 
 def _loss_config(loss_function):
@@ -81,7 +81,7 @@ class ZeroAdvantageSkipMixin:
         loss_config = _loss_config(loss_function)
         if problem := ("the loss has no ActorConfig to check" if loss_config is None else loss_refusal(loss_config)):
             raise RuntimeError(f"{DATA_KEY} was asked for a loss that gives zero-advantage tokens a gradient "
-                               f"({problem}); training/update_skip.py skip_refusal should have refused it")
+                               f"({problem}); training/zero_advantage/rules.py skip_refusal should have refused it")
         group = self.get_data_parallel_group()
         lengths = data["input_ids"].offsets().diff().cpu()
         dynamic = tu.get_non_tensor_data(data=data, key="use_dynamic_bsz", default=True)

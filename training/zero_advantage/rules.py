@@ -4,7 +4,7 @@ In GRPO a group whose samples all score alike has advantage exactly 0 on every t
 is `-advantage * ratio` (clipped), so with no KL loss and no entropy bonus those tokens add exactly 0 to the
 gradient, yet verl runs their forward and backward like any other (most of a CPU quickstart step's update).
 
-The engine's side (training/skip_engine.py, `ZeroAdvantageSkipMixin` around verl's `forward_backward_batch`) takes
+The engine's side (training/zero_advantage/engine.py, `ZeroAdvantageSkipMixin` around verl's `forward_backward_batch`) takes
 verl's normaliser over the whole mini-batch first (the token count `token-mean` divides by; the sequence count and
 `loss_scale_factor` of the sequence modes are constants already), runs the forward and backward on the rows with a
 non-zero advantage only, and hands the loss the whole mini-batch's token count. The gradient is the same sum less
@@ -76,7 +76,7 @@ def skip_line(cfg) -> str:
     return f"update: runs every sequence: {refusal}"
 
 
-ENGINE_MODULE = "training.skip_engine"  # registers the CUDA engine with the skip in every verl process that loads it
+ENGINE_MODULE = "training.zero_advantage.engine"  # registers the CUDA engine with the skip in every verl process that loads it
 
 
 def load_skip_engine(cfg) -> None:

@@ -30,7 +30,7 @@ def train(tiny_run: list[str], run_dir: Path, steps: int, save_freq: int, name: 
     cmd = [sys.executable, "training/train_grpo.py", "--config-name", "quickstart", *tiny_run, "trainer.device=cpu",
            "actor_rollout_ref.rollout.name=vllm", "algorithm.rollout_correction.bypass_mode=false",
            # every step moves the weights, whatever the tiny model's rewards: an entropy bonus has a gradient on every
-           # token (without one the update skips zero-advantage groups, training/update_skip.py)
+           # token (without one the update skips zero-advantage groups, training/zero_advantage/rules.py)
            "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.entropy_coeff=0.001",
            f"trainer.total_training_steps={steps}",
            f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={run_dir / 'ckpt'}",

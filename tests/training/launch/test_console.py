@@ -195,7 +195,7 @@ def test_the_step_bar_is_drawn_on_a_terminal_and_left_out_of_a_redirected_log(tm
 
 
 def test_the_step_line_says_what_the_update_left_out_and_a_step_it_did_not_take():
-    """training/update_skip.py's metrics on the step line: the share left out, or no optimizer step at all."""
+    """training/zero_advantage/rules.py's metrics on the step line: the share left out, or no optimizer step at all."""
     from training.launch.console import skip_note
     from training.trainer.progress import progress_event
 

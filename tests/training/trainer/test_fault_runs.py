@@ -38,7 +38,7 @@ def train_command(tiny_run: list[str], run_dir: Path, ckpt: Path, steps: int, sa
            f"trainer.default_local_dir={ckpt}", f"hydra.run.dir={run_dir / 'hydra'}", "env.dump.every_steps=0",
            f"env.console={'verbose' if verbose else 'quiet'}", f"env.logs_dir={run_dir / 'logs'}",
            # the step times these bounds were set on: every step updates (an entropy bonus has a gradient on every
-           # token; without it the quickstart skips the tiny model's zero-advantage groups, training/update_skip.py)
+           # token; without it the quickstart skips the tiny model's zero-advantage groups, training/zero_advantage/rules.py)
            "actor_rollout_ref.actor.entropy_coeff=0.001", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
                CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")

@@ -20,13 +20,12 @@ from training.trainer.trainer import (
     ASYNC_TRAINER_NAME,
     TRAINER_NAME,
     VERL_MODES,
-    GuardedReplayBuffer,
-    ObservingReplayBufferAsync,
     ReasoningGymAdditions,
     ReasoningGymAsyncTrainer,
     ReasoningGymTrainer,
     carried_over_metrics,
 )
+from training.trainer.replay_buffers import GuardedReplayBuffer, ObservingReplayBuffer, ObservingReplayBufferAsync
 
 
 def assigned_attributes(function) -> set[str]:
@@ -131,7 +130,7 @@ def test_registered_in_verls_registry():
 
 
 def test_contract_update_actor_hands_the_batch_extra_info_to_the_actor():
-    """Our `_update_actor` adds the skip's decision to `batch.extra_info` and calls verl's (training/update_skip.py):
+    """Our `_update_actor` adds the skip's decision to `batch.extra_info` and calls verl's (training/zero_advantage/rules.py):
     verl's v1 trainer updates that dict with its own keys and hands the batch to the actor's workers, where
     TransferQueue turns extra_info into the update batch's non-tensor keys."""
     from verl.utils import transferqueue_utils
@@ -253,7 +252,7 @@ def test_total_training_steps_is_required(tiny_model_dir):
 
 # ----- the task sampler and the groups verl drops under dynamic sampling
 def test_contract_verl_clears_dropped_groups_through_one_method():
-    """training.trainer.trainer.ObservingReplayBuffer reads groups in `_clear_groups` before verl deletes them."""
+    """training.trainer.replay_buffers.ObservingReplayBuffer reads groups in `_clear_groups` before verl deletes them."""
     assert list(inspect.signature(ReplayBuffer._clear_groups).parameters) == ["self", "partition_id", "uids"]
     clear = source(ReplayBuffer._clear_groups)
     assert 'key.split("_")[0] in uids' in clear and "self.partitions[partition_id]" in clear
@@ -294,7 +293,7 @@ def test_dropped_groups_are_read_before_verl_clears_them(tiny_model_dir, monkeyp
     mix.write_text(LEARN_MIX)
     dapo = build_trainer("algorithm.filter_groups.enable=true", f"env.mix={mix}")
     buffer = dapo.replay_buffer
-    assert type(buffer) is trainer_module.ObservingReplayBuffer and isinstance(buffer, ReplayBuffer)
+    assert type(buffer) is ObservingReplayBuffer and isinstance(buffer, ReplayBuffer)
     assert buffer.filter_groups_metric is not None  # verl's own settings kept: same object, one method added
     buffer.partitions["train"] = {"a_0": {}, "a_1": {}, "b_0": {}, "b_1": {}, "c_0": {}}
     buffer.finished_keys["train"] = {"a", "b"}
