@@ -3,7 +3,9 @@
 Mirrors the published cross-domain tables (category mean accuracy, base -> trained). Rows present in only one file
 are kept and shown with '-' so a changed suite is visible rather than silently dropped. The interval of a delta is a
 paired bootstrap over the items both runs answered (each item's mean accuracy over its samples, trained minus base):
-the same questions for both models, so item difficulty cancels. A change is "resolved" when the interval excludes 0.
+the same questions for both models, so item difficulty cancels. It resamples questions, each with all its items: a
+suite drawn from a small question space asks some questions several times, and a greedy model answers a repeat alike,
+so a repeat is not another observation (evaluation.metrics). A change is "resolved" when the interval excludes 0.
 Runs scored or sampled differently (reward options, system prompt, temperature, ...) are refused: their accuracies
 measure different things.
 
@@ -19,6 +21,7 @@ import json
 import math
 import os
 
+from evaluation.metrics import clustered
 from evaluation.report import fmt, load_results
 from evaluation.store import atomic_write
 
@@ -51,15 +54,20 @@ def check_comparable(base: dict, trained: dict, labels: tuple[str, str]) -> None
 
 
 def paired_interval(base: dict[str, float], trained: dict[str, float], items: list[str],
-                    resamples: int = PAIRED_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
-    """95% percentile interval of mean(trained - base) over `items`, resampling items; None without items."""
+                    resamples: int = PAIRED_RESAMPLES, seed: int = 0,
+                    questions: dict[str, str] | None = None) -> tuple[float, float] | None:
+    """95% percentile interval of mean(trained - base) over `items`, resampling questions (`questions`: item ->
+    question key; an item without one is its own) with all their items; None without items."""
     import numpy as np
 
     if not items:
         return None
-    diffs = np.array([trained[i] - base[i] for i in items])
+    sums, sizes = clustered([trained[i] - base[i] for i in items],
+                            [(questions or {}).get(i, i) for i in items] if questions else None)
+    sums, sizes = np.array(sums), np.array(sizes)
     rng = np.random.default_rng(seed)
-    means = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].mean(axis=1)
+    pick = rng.integers(0, len(sums), size=(resamples, len(sums)))
+    means = sums[pick].sum(axis=1) / sizes[pick].sum(axis=1)
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
@@ -101,15 +109,16 @@ def compare_results(base: dict, trained: dict, labels: tuple[str, str] = ("base"
     """Rows for every task, every group and overall: accuracy in each run and the delta (trained - base)."""
     check_comparable(base, trained, labels)
     acc_a, acc_b = base.get("item_accuracy") or {}, trained.get("item_accuracy") or {}
+    questions = {**(base.get("item_question") or {}), **(trained.get("item_question") or {})}
     common = [i for i in acc_a if i in acc_b]
     apart = {g for run in (base, trained) for g, stats in run["groups"].items() if stats.get("kind") == "benchmark"}
     judged = [i for i in common if i.split("/")[0] not in apart]  # benchmark rows inform, outside the verdict
 
     def paired(row: dict, members: list[str]) -> dict:
-        interval = paired_interval(acc_a, acc_b, members)
-        row.update(paired_items=len(members), paired_delta=(sum(acc_b[i] - acc_a[i] for i in members) / len(members)
-                                                            if members else None),
-                   ci95=list(interval) if interval else None, verdict=verdict(interval))
+        interval = paired_interval(acc_a, acc_b, members, questions=questions)
+        delta = sum(acc_b[i] - acc_a[i] for i in members) / len(members) if members else None
+        row.update(paired_items=len(members), paired_questions=len({questions.get(i, i) for i in members}),
+                   paired_delta=delta, ci95=list(interval) if interval else None, verdict=verdict(interval))
         return row
 
     def rows(section: str, member_of) -> list[dict]:
@@ -158,17 +167,17 @@ def comparison_markdown(cmp: dict) -> str:
     la, lb = cmp["labels"]
 
     def table(title: str, rows: list[dict]) -> list[str]:
-        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items | change "
-                 "| most common answer | repeated answer |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+        lines = [f"### {title}", "", f"| {title.lower()} | {la} | {lb} | delta | paired 95% CI | items (questions) "
+                 "| change | most common answer | repeated answer |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in rows:
             delta = "-" if r["delta"] is None else f"{r['delta']:+.3f}"
             lines.append(f"| {row_label(r)} | {fmt(r['base'])} | {fmt(r['trained'])} | {delta} | {interval_text(r)} | "
-                         f"{r.get('paired_items', '-')} | {r.get('verdict', '-')} | {fmt(r.get('common_answer'))} | "
-                         f"{fmt(r.get('repeated_answer'))} |")
+                         f"{r.get('paired_items', '-')} ({r.get('paired_questions', '-')}) | {r.get('verdict', '-')} | "
+                         f"{fmt(r.get('common_answer'))} | {fmt(r.get('repeated_answer'))} |")
         return lines + [""]
 
     head = [f"# {la} vs {lb}", "", f"- {la}: {cmp['models'][0]}", f"- {lb}: {cmp['models'][1]}",
-            "- metric: mean accuracy over samples (binarised scores); interval: paired bootstrap over items, "
+            "- metric: mean accuracy over samples (binarised scores); interval: paired bootstrap over questions, "
             f"{PAIRED_RESAMPLES} resamples", f"- scored and sampled with: {scoring_text(cmp.get('scoring') or {})}",
             "- most common answer: the accuracy of answering every item of a task with that task's most common gold "
             "answer (exact match); repeated answer: the share of the trained model's responses that give its most "
@@ -184,6 +193,12 @@ def comparison_markdown(cmp: dict) -> str:
 def row_label(row: dict) -> str:
     """The row's name; the overall row names the benchmark groups it leaves out (they inform, apart)."""
     return row["key"] + (f" (without {', '.join(row['without'])})" if row.get("without") else "")
+
+
+def items_text(row: dict) -> str:
+    """'400 items (233 questions)', or '400 items' where every item asks its own question."""
+    items, questions = row.get("paired_items", 0), row.get("paired_questions")
+    return f"{items} items" + (f" ({questions} questions)" if questions and questions < items else "")
 
 
 def interval_text(row: dict) -> str:

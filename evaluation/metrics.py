@@ -1,11 +1,14 @@
 """Metrics over generation records: accuracy, raw score, pass@k, answer-found rate, length, bootstrap CIs.
 
 Accuracy is binarised per sample (the reward's `accuracy`), averaged over all samples (the published tables' metric).
-Confidence intervals resample *items* (samples of one item are not independent).
+Confidence intervals resample *questions*: the samples of one item are not independent, and neither are two items
+that ask the same question (a task with a small question space, such as one-digit sums, repeats its evaluation
+split's few questions: the quickstart's 150 chain_sum items ask 19), which a model answers alike under greedy decoding.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import Counter, defaultdict
@@ -20,15 +23,46 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def bootstrap_ci(values: list[float], resamples: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of `values` (per-item means)."""
+def question_key(rec: dict) -> str:
+    """A short key of the record's question (its item id where it has none): items with one key are one observation."""
+    text = rec.get("question")
+    return hashlib.blake2b(str(text).encode(), digest_size=8).hexdigest() if text else rec["item_id"]
+
+
+def item_questions(records: list[dict]) -> dict[str, str]:
+    """The question key of each item_id (what an interval resamples: evaluation.compare.paired_interval)."""
+    return {rec["item_id"]: question_key(rec) for rec in records}
+
+
+def clustered(values: list[float], clusters: list[str] | None) -> tuple[list[float], list[int]]:
+    """The sum and count of `values` per cluster (one per value when `clusters` is None), in first-seen order."""
+    if clusters is None:
+        return list(values), [1] * len(values)
+    sums: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for value, key in zip(values, clusters):
+        sums[key] = sums.get(key, 0.0) + value
+        sizes[key] = sizes.get(key, 0) + 1
+    return list(sums.values()), list(sizes.values())
+
+
+def bootstrap_ci(values: list[float], resamples: int = 1000, alpha: float = 0.05, seed: int = 0,
+                 clusters: list[str] | None = None) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of `values` (per-item means), resampling the clusters (`clusters[i]`:
+    item i's question key) with all their items; without clusters, each item alone."""
     if not values:
         return (float("nan"), float("nan"))
-    if len(values) == 1 or resamples <= 0:
-        return (values[0], values[0]) if len(values) == 1 else (float("nan"), float("nan"))
+    sums, sizes = clustered(values, clusters)
+    if len(sums) == 1 or resamples <= 0:
+        mean = sum(values) / len(values)
+        return (mean, mean) if len(sums) == 1 else (float("nan"), float("nan"))
     rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    n = len(sums)
+    means = []
+    for _ in range(resamples):
+        picks = rng.choices(range(n), k=n)
+        means.append(sum(sums[i] for i in picks) / sum(sizes[i] for i in picks))
+    means.sort()
     lo = means[int(math.floor(alpha / 2 * (resamples - 1)))]
     hi = means[int(math.ceil((1 - alpha / 2) * (resamples - 1)))]
     return (lo, hi)
@@ -87,9 +121,11 @@ def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> 
     for rec in records:
         by_item[rec["item_id"]].append(rec)
     item_acc = [sum(_item_accuracy(r) for r in recs) / len(recs) for recs in by_item.values()]
+    questions = [question_key(recs[0]) for recs in by_item.values()]
     n = len(records)
     out = {
         "n_items": len(by_item),
+        "n_questions": len(set(questions)),
         "n_samples": n,
         "accuracy": sum(_item_accuracy(r) for r in records) / n if n else float("nan"),
         "mean_score": sum(float(r.get("score", 0.0)) for r in records) / n if n else float("nan"),
@@ -99,7 +135,7 @@ def summarize(records: list[dict], pass_k: list[int], resamples: int = 1000) -> 
         "common_answer": common_answer_share(records),
         "repeated_answer": repeated_answer_share(records),
     }
-    out["accuracy_ci95"] = list(bootstrap_ci(item_acc, resamples))
+    out["accuracy_ci95"] = list(bootstrap_ci(item_acc, resamples, clusters=questions))
     for k in pass_k:
         usable = [recs for recs in by_item.values() if len(recs) >= k]
         vals = [pass_at_k(len(recs), int(sum(_item_accuracy(r) for r in recs)), k) for recs in usable]

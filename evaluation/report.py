@@ -72,7 +72,7 @@ def plot_results(results: dict, path: str) -> None:
     ax.set_yticks(range(len(tasks)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set_xlabel("mean accuracy over samples (95% bootstrap CI over items)")
+    ax.set_xlabel("mean accuracy over samples (95% bootstrap CI over questions)")
     ax.set_title(f"{results['run']['model']}: overall {results['overall']['accuracy']:.3f}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=110)
@@ -89,10 +89,18 @@ def write_reports(results: dict, out_dir: str) -> None:
 
 
 def load_results(path: str) -> dict:
-    """A results.json, or the folder holding one."""
+    """A results.json, or the folder holding one (the question of each item read from its generations.jsonl when
+    the results predate `item_question`)."""
     if os.path.isdir(path):
         path = os.path.join(path, RESULTS_JSON)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no results.json (run evaluation/evaluate_model.py first)")
     with open(path) as fh:
-        return json.load(fh)
+        results = json.load(fh)
+    generations = os.path.join(os.path.dirname(path), "generations.jsonl")
+    if "item_question" not in results and os.path.isfile(generations):  # written before results kept the questions
+        from evaluation.metrics import item_questions
+
+        with open(generations) as fh:
+            results["item_question"] = item_questions([json.loads(line) for line in fh if line.strip()])
+    return results

@@ -19,7 +19,7 @@ from evaluation.benchmarks import prepare as prepare_benchmarks
 from evaluation.benchmarks import run as run_benchmarks
 from evaluation.config import ConfigError, EvalConfig
 from evaluation.reward_section import reward_options
-from evaluation.metrics import aggregate, item_accuracy
+from evaluation.metrics import aggregate, item_accuracy, item_questions
 from evaluation.store import GenerationStore, atomic_write
 from evaluation.suite import SuiteItem, build_suite, group_kinds
 
@@ -189,7 +189,8 @@ def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None
     keys += [(item, 0) for task in benchmarks for item in task.item_ids(cfg.benchmarks.group)]
     records = [store.records[key] for key in keys if key in store.records]
     results = aggregate(records, cfg.pass_k, group_kinds(cfg), cfg.bootstrap_samples)
-    results["item_accuracy"] = item_accuracy(records)  # per item: what a paired comparison resamples
+    results["item_accuracy"] = item_accuracy(records)  # per item: what a paired comparison compares
+    results["item_question"] = item_questions(records)  # and the questions it resamples
     gen_s = stats["generate_s"]
     results["run"] = {
         "config": cfg.source, "model": cfg.model.path or cfg.model.base_url, "backend": cfg.model.backend,

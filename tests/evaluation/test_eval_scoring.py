@@ -155,6 +155,53 @@ def test_paired_interval_resolves_a_real_change_and_not_noise():
                                                                    "max_tokens": 8, "n": 1}))
 
 
+def test_items_that_repeat_a_question_count_once_in_the_interval(tmp_path):
+    """A suite drawn from a small question space asks a question several times (the quickstart's 150 one-digit sums
+    ask 19), and greedy decoding answers each repeat alike: twenty copies of 20 questions carry the evidence of 20
+    items, not 400. The interval resamples questions with all their copies; without repeats it is the item one."""
+    questions = [f"q{k}" for k in range(20)]
+    base_q = {q: float(k % 4 == 0) for k, q in enumerate(questions)}
+    better_q = dict(base_q, **{q: 1.0 for q in questions[1:8:4]})  # 2 of 20 questions turn right: +0.10
+    items = [f"g/t/{k:05d}" for k in range(400)]
+    asked = {item: questions[k % 20] for k, item in enumerate(items)}
+    base, better = ({i: accs[asked[i]] for i in items} for accs in (base_q, better_q))
+    as_items = paired_interval(base, better, items)
+    as_questions = paired_interval(base, better, items, questions=asked)
+    assert as_items[0] > 0  # 400 independent items would resolve it ...
+    assert as_questions == pytest.approx(paired_interval(base_q, better_q, questions))  # ... 40 questions do not
+    assert as_questions[0] <= 0 < as_questions[1]
+    assert as_questions[1] - as_questions[0] > 2.5 * (as_items[1] - as_items[0])
+    distinct = {i: i for i in items}
+    assert paired_interval(base, better, items, questions=distinct) == as_items  # no repeats: the item interval
+    cmp = compare_results(dict(_results(base), item_question=asked), dict(_results(better), item_question=asked))
+    assert cmp["overall"]["verdict"] == "not resolved" and cmp["overall"]["paired_questions"] == 20
+    assert "| 400 (20) | not resolved |" in comparison_markdown(cmp)
+    # results written before they kept the questions: read from the generations beside them
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(_results(base)))
+    (folder / "generations.jsonl").write_text("".join(json.dumps({"item_id": i, "question": asked[i]}) + "\n"
+                                                      for i in items))
+    from evaluation.metrics import question_key
+    from evaluation.report import load_results
+
+    loaded = load_results(str(folder))["item_question"]
+    assert len(set(loaded.values())) == 20 and loaded[items[0]] == loaded[items[20]] == question_key(
+        {"item_id": items[0], "question": "q0"})
+
+
+def test_a_runs_own_interval_resamples_questions_too():
+    from evaluation.metrics import summarize
+
+    records = [{"item_id": f"g/t/{k:05d}", "group": "g", "task_key": "t", "question": f"q{k % 10}",
+                "answer": str(k % 10), "accuracy": float(k % 10 < 5)} for k in range(100)]
+    stats = summarize(records, pass_k=[1])
+    assert stats["n_items"] == 100 and stats["n_questions"] == 10
+    wide = stats["accuracy_ci95"]
+    narrow = summarize([dict(r, question=r["item_id"]) for r in records], pass_k=[1])["accuracy_ci95"]
+    assert wide[1] - wide[0] > 2.5 * (narrow[1] - narrow[0])
+
+
 def _answered(golds: dict[str, list[str]], preds: dict[str, list[str]]) -> dict:
     """results.json as evaluation.runner writes it, from one greedy answer per item (evaluation.metrics.aggregate)."""
     from evaluation.metrics import aggregate, item_accuracy

@@ -358,7 +358,7 @@ def print_comparison(compare_dir: Path, step: int) -> dict:
     from evaluation.compare import load_comparisons, summary_lines
 
     cmps = load_comparisons(str(compare_dir))
-    print(f"[pipeline] held-out evaluation, base vs trained (step {step}), paired 95% intervals over items:")
+    print(f"[pipeline] held-out evaluation, base vs trained (step {step}), paired 95% intervals over questions:")
     for line in summary_lines(cmps):
         print(f"  {line}")
     return cmps

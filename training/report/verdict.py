@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.compare import interval_text, verdict
+from evaluation.compare import interval_text, items_text, verdict
 from evaluation.report import fmt
 from training.report.report import ALL, RunData, pooled, write_atomic
 
@@ -49,7 +49,7 @@ def verdict_sentence(cmps: dict[str | None, dict]) -> str:
                 "be told from an answer repeated.")
     pool = _numbers(beyond, f"on the tasks no answer repeated can carry ({', '.join(beyond['tasks'])}), {mode} "
                             "accuracy")
-    across = f"{_signed(row.get('paired_delta'))} {interval_text(row)} over all {row.get('paired_items', 0)} items"
+    across = f"{_signed(row.get('paired_delta'))} {interval_text(row)} over all {items_text(row)}"
     if beyond["ci95"][0] > 0:
         return f"Training helped: {pool}, a resolved improvement ({across})."
     if beyond["ci95"][1] < 0:
@@ -81,12 +81,12 @@ def unresolved_advice(cmps: dict[str | None, dict], step: int | None = None) -> 
     more = f"trainer.total_training_steps={2 * step} (training resumes from step {step})" if step else \
         "a larger trainer.total_training_steps (training resumes from its last checkpoint)"
     return (f"Not resolved means {which} ({_signed(row.get('paired_delta'))} {interval_text(row)}) is within noise on "
-            f"these {row.get('paired_items', 0)} items, not evidence that the run failed or that it helped; to try "
+            f"these {items_text(row)}, not evidence that the run failed or that it helped; to try "
             f"next, run the same command with more steps: {more}.")
 
 
 def _numbers(row: dict, what: str) -> str:
-    return (f"{what} went from {fmt(row['base'])} to {fmt(row['trained'])} over {row.get('paired_items', 0)} items "
+    return (f"{what} went from {fmt(row['base'])} to {fmt(row['trained'])} over {items_text(row)} "
             f"(paired change {_signed(row.get('paired_delta'))}, 95% interval {interval_text(row)})")
 
 
