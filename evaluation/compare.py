@@ -196,9 +196,9 @@ def row_label(row: dict) -> str:
 
 
 def items_text(row: dict) -> str:
-    """'400 items (233 questions)', or '400 items' where every item asks its own question."""
+    """'400 items of 230 questions', or '400 items' where every item asks its own question."""
     items, questions = row.get("paired_items", 0), row.get("paired_questions")
-    return f"{items} items" + (f" ({questions} questions)" if questions and questions < items else "")
+    return f"{items} items" + (f" of {questions} questions" if questions and questions < items else "")
 
 
 def interval_text(row: dict) -> str:
