@@ -20,7 +20,7 @@ def sdpa_gqa_attention(module, query: torch.Tensor, key: torch.Tensor, value: to
 
     With a padding mask, transformers' sdpa copies each layer's key and value cache once per query head group
     (`repeat_kv`) on every decode step: ~1 s of a SmolLM2 rollout on 2 cores (torch profiler), growing with the
-    sequence. PyTorch's CPU kernel gives the same bits either way (tests/training/cpu_backend/test_cpu_backend.py);
+    sequence. PyTorch's CPU kernel gives the same bits either way (tests/training/cpu_backend/test_sampling.py);
     causality and the mask are transformers' own."""
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = query.shape[2] > 1 and attention_mask is None and is_causal

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import numpy as np
 import ray
