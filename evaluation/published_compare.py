@@ -8,8 +8,8 @@ or parameter) is left out and counted, and a run scored with other reward option
 
 Items are split by who could have drawn them: this project's train split owns 75% of question texts
 (envs.splits.question_owner), so a model trained here may have seen those. The rest, `unseen`, is the headline for such
-a model (`--trained-here`); `all` is the headline otherwise. Intervals: the paired bootstrap over items of
-evaluation.compare (evaluated minus published), per category and overall.
+a model (`--trained-here`); `all` is the headline otherwise. Intervals: the paired bootstrap of evaluation.compare
+(evaluated minus published), per category and overall, resampling questions (items that ask one question count once).
 """
 
 from __future__ import annotations
@@ -106,13 +106,16 @@ def _mean(values: list[float]):
     return sum(values) / len(values) if values else None
 
 
-def group_row(key: str, members: list[str], evaluated: dict[str, float], published: dict[str, dict[str, float]]) -> dict:
-    """The evaluated model on `members`, and against each published model on the members it answered too."""
-    lo_hi = bootstrap_ci([evaluated[i] for i in members], PAIRED_RESAMPLES) if members else None
+def group_row(key: str, members: list[str], evaluated: dict[str, float], published: dict[str, dict[str, float]],
+              questions: dict[str, str]) -> dict:
+    """The evaluated model on `members`, and against each published model on the members it answered too; intervals
+    resample `questions` (item -> question text)."""
+    lo_hi = bootstrap_ci([evaluated[i] for i in members], PAIRED_RESAMPLES,
+                         clusters=[questions.get(i, i) for i in members]) if members else None
     rows = []
     for model, accuracy in published.items():
         paired = [i for i in members if accuracy.get(i) is not None]
-        interval = paired_interval(accuracy, evaluated, paired)
+        interval = paired_interval(accuracy, evaluated, paired, questions=questions)
         rows.append({"model": model, "items": len(paired), "published": _mean([accuracy[i] for i in paired]),
                      "evaluated": _mean([evaluated[i] for i in paired]),
                      "delta": _mean([evaluated[i] - accuracy[i] for i in paired]),
@@ -147,8 +150,8 @@ def compare_published(results: dict, questions: dict[str, str], data: dict, trai
         categories = sorted({i.split("/", 1)[0] for i in members})
         out[subset] = {"items": len(members),
                        "categories": [group_row(c, [i for i in members if i.split("/", 1)[0] == c], evaluated,
-                                                published) for c in categories],
-                       "overall": group_row("overall", members, evaluated, published)}
+                                                published, questions) for c in categories],
+                       "overall": group_row("overall", members, evaluated, published, questions)}
     unanswered: dict[str, int] = {}  # items at which this Reasoning Gym draws another question than was published
     for i in evaluated:
         if all(accuracy.get(i) is None for accuracy in published.values()):
@@ -205,7 +208,7 @@ def comparison_markdown(cmp: dict) -> str:
              *([f"- no published answer (this Reasoning Gym draws another question there than the published runs "
                 f"asked; unpaired): {unanswered_text(cmp)}"] if cmp.get("no_published_answer") else []),
              "- metric: mean accuracy over an item's samples; delta: evaluated minus published on the items both "
-             f"answered; interval: paired bootstrap over items, {PAIRED_RESAMPLES} resamples", ""]
+             f"answered; interval: paired bootstrap over questions, {PAIRED_RESAMPLES} resamples", ""]
     order = [cmp["headline"]] + [s for s in SUBSETS if s != cmp["headline"]]
     for subset in order:
         sub = cmp["subsets"][subset]

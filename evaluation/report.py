@@ -26,12 +26,13 @@ def _ci(stats: dict) -> str:
 def markdown_table(results: dict) -> str:
     """One row per task, then one per group (bold) and the overall row, as in the published tables."""
     pass_keys = [f"pass@{k}" for k in results["run"]["pass_k"]]
-    head = ["group", "task", "items", "samples", "accuracy", "95% CI", "mean score", *pass_keys, "answer found",
-            "mean tokens"]
+    head = ["group", "task", "items (questions)", "samples", "accuracy", "95% CI", "mean score", *pass_keys,
+            "answer found", "mean tokens"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
 
     def row(group: str, task: str, st: dict) -> str:
-        cells = [group, task, str(st["n_items"]), str(st["n_samples"]), fmt(st["accuracy"]), _ci(st),
+        items = f"{st['n_items']} ({st['n_questions']})" if "n_questions" in st else str(st["n_items"])
+        cells = [group, task, items, str(st["n_samples"]), fmt(st["accuracy"]), _ci(st),
                  fmt(st["mean_score"]), *[fmt(st.get(k)) for k in pass_keys], fmt(st["answer_found"], 2),
                  fmt(st["mean_response_tokens"], 1)]
         return "| " + " | ".join(cells) + " |"

@@ -1,10 +1,8 @@
-"""Generation dumps (training/trainer/generations.py) and the generation viewer page (utils/generation_viewer/).
-
-Dumps are written by the code that writes them in a run: our training dump through `dump_step` (its TransferQueue read
-stubbed), verl's validation dump through verl's own `_write_generations` with envs' real reward dicts, the evaluator's
-`generations.jsonl` through its `make_record` and `GenerationStore`. The page is opened in a real headless Chromium
-(`apt-get install -y chromium`); those tests skip when no Chromium is installed. A slow test runs the real trainer
-on the tiny model and views its dumps.
+"""The generation viewer page (utils/generation_viewer/) on the three dumps a run writes, each written by the code
+that writes it in a run (tests/utils/generation_dumps.py; the training dump's own tests:
+tests/training/trainer/test_generations.py). The page is opened in a real headless Chromium (`apt-get install -y
+chromium`); those tests skip when no Chromium is installed. A slow test runs the real trainer on the tiny model and
+views its dumps.
 """
 
 from __future__ import annotations
@@ -22,15 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from training.trainer.generations import (
-    SUMMARY_FILE,
-    DumpSettings,
-    dump_step,
-    generation_rows,
-    pick_groups,
-    step_summary,
-    write_step_file,
-)
+from tests.utils.generation_dumps import TASKS, write_eval_generations, write_training_dumps, write_validation_dumps
+from training.trainer.generations import SUMMARY_FILE, generation_rows, write_step_file
 from training.trainer.metrics import SampleRecord
 from utils import generation_viewer as viewer
 
@@ -38,91 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path), None)
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="needs a headless Chromium on PATH (Debian/Ubuntu: apt-get install -y chromium)")
-TASKS = ("chain_sum", "spell_backward", "number_sorting")
-
-
-# ----- synthetic dumps, written by the real writers -----
-def training_records(step: int, groups_per_task: int = 2, n: int = 4) -> tuple[list[str], list[SampleRecord], dict]:
-    """(keys, records, {key: fields/prompt/response}) of one step: every task with `groups_per_task` groups of n."""
-    keys, records, content = [], [], {}
-    for t, task in enumerate(TASKS):
-        for g in range(groups_per_task):
-            group = f"uid-{step}-{task}-{g}"
-            for s in range(n):
-                correct = (s + g + step) % 3 == 0
-                key = f"{group}_{s}_0"
-                answer = f"{task}-answer-{step}-{g}"
-                response = (f"<think>step {step}, try {s}</think>\n<answer>{answer if correct else 'wrong'}</answer>"
-                            if s != 3 else "I do not know <b>bold</b> </script><script>window.pwned=1</script>")
-                keys.append(key)
-                records.append(SampleRecord(task, group, float(correct), float(correct), float(s != 3), 10 + s))
-                content[key] = ({"extra_info": {"task": task, "entry": {"answer": answer}},
-                                 "reward": {"pred": (answer if correct else "wrong") if s != 3 else None,
-                                            "reason": "" if s != 3 else "no <answer>...</answer> block"}},
-                                f"system\nSolve it.\nuser\nQuestion {task} {g} at step {step}?\nassistant\n", response)
-    return keys, records, content
-
-
-def write_training_dumps(directory: Path, steps: range, groups_per_step: int = 4) -> dict[int, list[str]]:
-    """Runs dump_step for each step (TransferQueue read stubbed); returns {step: dumped keys}."""
-    settings = DumpSettings(directory=str(directory), every_steps=1, groups_per_step=groups_per_step)
-    dumped = {}
-    for step in steps:
-        keys, records, content = training_records(step)
-
-        def read(wanted, partition_id, tokenizer):
-            dumped[step] = list(wanted)
-            return ([content[k][0] for k in wanted], [content[k][1] for k in wanted], [content[k][2] for k in wanted])
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("training.trainer.generations.read_generation_fields", read)
-            dump_step(settings, step, keys, records, "train", tokenizer=None)
-    return dumped
-
-
-def write_validation_dumps(directory: Path, steps: tuple[int, ...]) -> int:
-    """verl's _write_generations with envs' reward dicts on real chain_sum entries, as _validate calls it."""
-    import reasoning_gym
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-
-    from envs.reward import score_response
-
-    entries = list(reasoning_gym.create_dataset("chain_sum", seed=3, size=4))
-    for step in steps:
-        responses = [f"<answer>{e['answer']}</answer>" if (i + step) % 2 else "the answer is 12" for i, e in
-                     enumerate(entries)]
-        results = [score_response(r, e, "chain_sum", response_length=7) for r, e in zip(responses, entries)]
-        extra = {"reward": [r["score"] for r in results]}
-        for key in results[0]:
-            extra[key] = [r[key] for r in results]
-        PPOTrainer._write_generations(
-            inputs=[f"user\n{e['question']}\nassistant\n" for e in entries], outputs=responses,
-            gts=[e["answer"] for e in entries], scores=extra["reward"],
-            reward_extra_infos_dict=extra | {"uid": [f"val-{i}_0_0" for i in range(len(entries))]},
-            dump_path=str(directory), global_steps=step)
-    return len(entries) * len(steps)
-
-
-def write_eval_generations(path: Path) -> int:
-    """The evaluator's generations.jsonl: make_record + GenerationStore on real spell_backward items."""
-    import reasoning_gym
-
-    from envs.reward import score_response
-    from evaluation.backends.base import Completion
-    from evaluation.runner import make_record
-    from evaluation.store import GenerationStore
-    from evaluation.suite import SuiteItem
-
-    store = GenerationStore(str(path))
-    entries = list(reasoning_gym.create_dataset("spell_backward", seed=5, size=3))
-    for i, entry in enumerate(entries):
-        item = SuiteItem(f"words/spell_backward/{i:05d}", "words", "spell_backward", "spell_backward", entry, {},
-                         [{"role": "user", "content": entry["question"]}])
-        for sample, text in enumerate([f"<answer>{entry['answer']}</answer>", "<answer>nope</answer>"]):
-            scored = score_response(text, entry, "spell_backward")
-            store.append(make_record(item, sample, Completion(text, 5, "stop"), scored))
-    store.close()
-    return len(entries) * 2
 
 
 @pytest.fixture(scope="module")
@@ -141,67 +47,6 @@ def eval_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("eval") / "generations.jsonl"
     write_eval_generations(path)
     return path
-
-
-# ----- the training dump -----
-def test_defaults_dump_a_few_groups_and_validation_beside_them():
-    from training.launch.config import compose_config
-
-    cfg = compose_config("quickstart", ["trainer.default_local_dir=/runs/x"])
-    settings = DumpSettings.from_config(cfg)
-    assert settings == DumpSettings(directory="/runs/x/generations/train", every_steps=1, groups_per_step=4)
-    assert cfg.trainer.validation_data_dir == "/runs/x/generations/val"
-    off = DumpSettings.from_config(compose_config("quickstart", ["env.dump.every_steps=0"]))
-    assert not off.enabled and not off.dumps_generations_at(1)
-    sparse = DumpSettings("d", every_steps=10, groups_per_step=2)
-    assert [s for s in range(1, 40) if sparse.dumps_generations_at(s)] == [1, 11, 21, 31]
-
-
-def test_contract_verl_dumps_validation_generations_with_reward_fields():
-    """The val/ dumps are verl's: _validate writes every generation with our reward dict's keys when the dir is set."""
-    import inspect
-
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-
-    validate = inspect.getsource(PPOTrainer._validate)
-    assert 'val_data_dir = self.config.trainer.get("validation_data_dir", None)' in validate
-    assert "reward_extra_infos_dict={" in validate and "dump_path=val_data_dir" in validate
-    assert list(inspect.signature(PPOTrainer._write_generations).parameters) == [
-        "inputs", "outputs", "gts", "scores", "reward_extra_infos_dict", "dump_path", "global_steps"]
-
-
-def test_groups_are_picked_round_robin_over_tasks():
-    records = [SampleRecord(task, f"{task}{g}", 0.0, 0.0, 0.0, 1.0)
-               for task in "bca" for g in range(3) for _ in range(2)]
-    assert pick_groups(records, 4) == ["a0", "b0", "c0", "a1"]
-    assert len(pick_groups(records, 100)) == 9 and pick_groups(records, 0) == []
-
-
-def test_dump_step_writes_whole_groups_with_reward_fields_and_a_summary_of_all(tmp_path):
-    dumped = write_training_dumps(tmp_path, range(1, 3), groups_per_step=4)
-    rows = [json.loads(line) for line in (tmp_path / "1.jsonl").read_text().splitlines()]
-    assert len(rows) == 4 * 4 == len(dumped[1])  # four whole groups of four
-    assert sorted(r["task"] for r in rows[::4]) == ["chain_sum", "chain_sum", "number_sorting", "spell_backward"]
-    assert [r["sample"] for r in rows[:4]] == [0, 1, 2, 3] and len({r["group"] for r in rows[:4]}) == 1
-    assert set(rows[0]) == {"step", "group", "sample", "task", "prompt", "response", "ground_truth", "pred", "score",
-                            "acc", "answer_found", "format_ok", "truncated", "reason", "response_length"}
-    first = rows[0]
-    assert first["step"] == 1 and first["prompt"].startswith("system")
-    assert first["ground_truth"] == "chain_sum-answer-1-0"
-    assert rows[3]["pred"] is None and rows[3]["reason"] == "no <answer>...</answer> block"
-    summary = [json.loads(line) for line in (tmp_path / SUMMARY_FILE).read_text().splitlines()]
-    assert [s["step"] for s in summary] == [1, 2]
-    assert summary[0]["tasks"]["chain_sum"]["samples"] == 8  # every response of the step, not only the dumped ones
-    _, records, _ = training_records(1)
-    assert summary[0] == step_summary(1, records)
-
-
-def test_dump_failure_is_logged_not_raised(tmp_path, caplog):
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    keys, records, _ = training_records(1)
-    assert dump_step(DumpSettings(str(blocker / "sub"), 1, 2), 1, keys, records, "train", None) is None
-    assert "generation dump of step 1" in caplog.text
 
 
 # ----- reading the three formats -----
