@@ -243,8 +243,8 @@ def test_checkpoint_exports_and_evaluates(trained, tiny_model_dir, tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert compare.returncode == 0, compare.stdout[-3000:] + compare.stderr[-3000:]
     for row in ("| arithmetic/basic_arithmetic |", "| external/gsm8k |", "| external/math |", "| external |"):
-        assert re.search(re.escape(row) + r" [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| \[[+-][\d.]+, [+-][\d.]+\] \| \d+ \|",
-                         compare.stdout), row
+        assert re.search(re.escape(row) + r" [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| \[[+-][\d.]+, [+-][\d.]+\] \| "
+                         r"\d+ \(\d+\) \|", compare.stdout), row  # items (questions)
     assert "  overall (without external) " in compare.stdout  # benchmarks inform; the overall row is Reasoning Gym's
 
 
