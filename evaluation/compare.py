@@ -63,7 +63,7 @@ def paired_interval(base: dict[str, float], trained: dict[str, float], items: li
     if not items:
         return None
     sums, sizes = clustered([trained[i] - base[i] for i in items],
-                            [(questions or {}).get(i, i) for i in items] if questions else None)
+                            [questions.get(i, i) for i in items] if questions else None)
     sums, sizes = np.array(sums), np.array(sizes)
     rng = np.random.default_rng(seed)
     pick = rng.integers(0, len(sums), size=(resamples, len(sums)))
