@@ -3,10 +3,13 @@ alternating (issue 49: the quickstart's verdict sooner):
 
 - `--compare attention`: transformers' sdpa against utils/gqa_sdpa.py (key/value heads read in place);
 - `--compare greedy`: transformers' `generate()` against the evaluator's own greedy loop, which drops each row
-  from the batch once it has stopped.
+  from the batch once it has stopped;
+- `--compare prompts`: every item asked against each distinct prompt asked once, its answer given to every item
+  that asks it (evaluation.runner.ask_once_per_prompt: the quickstart's 650 items are 403 prompts).
 
     python bench/bench_eval_hf.py --compare greedy            # SmolLM2, configs/eval/quickstart.yaml, all 650 items
     python bench/bench_eval_hf.py --compare attention --limit 64 --repeats 1
+    python bench/bench_eval_hf.py --compare prompts
 
 Both arms decode the same left-padded batches (the suite's batch size, 64); their completions must be the same
 text for every item (the base model's cached evaluation stays valid), and the script says so or fails.
@@ -28,7 +31,7 @@ if str(REPO) not in sys.path:  # `python bench/...py` puts bench/ first; our pac
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--compare", choices=("attention", "greedy"), default="greedy")
+    parser.add_argument("--compare", choices=("attention", "greedy", "prompts"), default="greedy")
     parser.add_argument("--config", default="configs/eval/quickstart.yaml")
     parser.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, offline)")
     parser.add_argument("--limit", type=int, default=None, help="the suite's first N items (default: all)")
@@ -42,6 +45,7 @@ def main(argv=None) -> dict:
     from evaluation.backends.base import GenRequest
     from evaluation.backends.hf import build_hf_backend
     from evaluation.config import load_config
+    from evaluation.runner import ask_once_per_prompt
     from evaluation.suite import build_suite
     from utils.gqa_sdpa import GQA_SDPA
     from utils.offline_models import prepare_smollm2
@@ -60,15 +64,27 @@ def main(argv=None) -> dict:
     def set_greedy_loop(drop_stopped_rows: bool):
         return lambda: setattr(backend, "drop_stopped_rows", drop_stopped_rows)
 
+    same_prompt = ask_once_per_prompt(requests)
+    every_item = {r.key: [r] for r in requests}
+
+    def ask(groups: dict):
+        return lambda: groups
+
     # the old way first, the new one second; the arms' names say which is which in the record
     arms = {"attention": {"sdpa": set_attention("sdpa"), GQA_SDPA: set_attention(GQA_SDPA)},
-            "greedy": {"generate": set_greedy_loop(False), "drop_stopped_rows": set_greedy_loop(True)}}[args.compare]
+            "greedy": {"generate": set_greedy_loop(False), "drop_stopped_rows": set_greedy_loop(True)},
+            "prompts": {"every_item": ask(every_item), "distinct_prompts": ask(same_prompt)}}[args.compare]
 
     def arm(name: str) -> tuple[float, dict]:
-        arms[name]()
+        groups = arms[name]() or every_item
         got: dict = {}
+
+        def record(req, completions):
+            for asking in groups[req.key]:
+                got.setdefault(asking.key, completions[0].text)
+
         began = time.perf_counter()
-        backend.generate(requests, sampling, lambda r, c: got.setdefault(r.key, c[0].text))
+        backend.generate([group[0] for group in groups.values()], sampling, record)
         return time.perf_counter() - began, got
 
     runs: dict[str, list[float]] = {name: [] for name in arms}

@@ -66,14 +66,44 @@ def model_files(path: str) -> dict[str, list[int]] | None:
     return dict(sorted(found.items()))
 
 
+# The code that renders prompts, generates and scores: a cached record was produced by these files' contents.
+RECORD_CODE = ("envs", "evaluation", "utils/gqa_sdpa.py", "utils/vllm_sampler.py", "utils/chat_templates")
+RECORD_LIBRARIES = ("reasoning-gym", "transformers", "torch", "vllm")
+
+
+def record_code() -> dict:
+    """sha256 of RECORD_CODE's files and the versions of the libraries that generate and score."""
+    from importlib import metadata
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for entry in RECORD_CODE:
+        path = os.path.join(root, entry)
+        walked = [(path, [], [""])] if os.path.isfile(path) else sorted(os.walk(path))
+        for folder, _, names in walked:
+            for name in sorted(n for n in names if not n.endswith(".pyc")):
+                file = os.path.join(folder, name) if name else folder
+                digest.update(os.path.relpath(file, root).encode() + b"\0")
+                with open(file, "rb") as fh:
+                    digest.update(fh.read())
+    versions = {}
+    for name in RECORD_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"sha256": digest.hexdigest()[:16], "libraries": versions}
+
+
 def cache_spec(cfg: EvalConfig) -> dict:
     """What an evaluation's results depend on, for a cache that must never serve another's: the suite, sampling and
     prompt (`fingerprint`), samples and pass@k, every scoring option (defaults included), how the model runs (backend,
-    dtype) and which model, down to its files' sizes and times."""
+    dtype), which model, down to its files' sizes and times, and the code and library versions that made the records
+    (results are aggregated anew from them on every use)."""
     return {"records": fingerprint(cfg)["spec"], "n": cfg.sampling.n, "pass_k": list(cfg.pass_k),
             "scoring": scoring_options(cfg), "backend": cfg.model.backend, "dtype": cfg.model.dtype,
             "endpoint": cfg.model.base_url if cfg.model.backend == "openai" else None,
-            "model_files": model_files(cfg.model.path)}
+            "model_files": model_files(cfg.model.path), "code": record_code()}
 
 
 def check_run_file(cfg: EvalConfig, out_dir: str) -> None:
@@ -99,6 +129,17 @@ def pending_requests(items: list[SuiteItem], store: GenerationStore, n: int) -> 
         if missing:
             requests.append(GenRequest(item.item_id, item.messages, missing))
     return requests
+
+
+def ask_once_per_prompt(requests: list[GenRequest]) -> dict[str, list[GenRequest]]:
+    """Greedy decoding answers a prompt alike each time it is asked, and suites repeat questions where a task has few
+    (the quickstart's 650 items ask 403): {first request's key: every request with its prompt and missing samples}."""
+    groups: dict[str, list[GenRequest]] = {}
+    first: dict[str, str] = {}
+    for req in requests:
+        prompt = json.dumps([req.messages, req.samples], sort_keys=True)
+        groups.setdefault(first.setdefault(prompt, req.key), []).append(req)
+    return groups
 
 
 def score_completions(item: SuiteItem, completions: list[Completion], options) -> list[dict]:
@@ -136,7 +177,8 @@ def _progress(total: int):
 
 def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationStore,
                      backend: Backend | None) -> dict:
-    """Ask the backend for every missing sample; score and log each prompt's results as they arrive."""
+    """Ask the backend for every missing sample (greedily: once per distinct prompt); score and log each item's
+    results as they arrive."""
     requests = pending_requests(items, store, cfg.sampling.n)
     options = reward_options(cfg)
     by_id = {item.item_id: item for item in items}
@@ -145,21 +187,26 @@ def generate_missing(cfg: EvalConfig, items: list[SuiteItem], store: GenerationS
     if not requests:
         log.info("all %d items x %d samples already in %s", len(items), cfg.sampling.n, store.path)
         return stats
+    greedy = cfg.sampling.temperature == 0
+    same_prompt = ask_once_per_prompt(requests) if greedy else {r.key: [r] for r in requests}
+    asked = [group[0] for group in same_prompt.values()]
+    stats["asked"] = len(asked)
 
-    def on_result(req: GenRequest, completions: list[Completion]) -> None:
-        item = by_id[req.key]
-        scored = score_completions(item, completions, options)
-        for sample, comp, score in zip(req.samples, completions, scored):
-            store.append(make_record(item, sample, comp, score))
-            stats["tokens"] += comp.num_tokens
-        bar.update(len(completions))
+    def on_result(asked_req: GenRequest, completions: list[Completion]) -> None:
+        stats["tokens"] += sum(comp.num_tokens for comp in completions)  # generated once, however many items ask
+        for req in same_prompt[asked_req.key]:
+            item = by_id[req.key]
+            scored = score_completions(item, completions, options)
+            for sample, comp, score in zip(req.samples, completions, scored):
+                store.append(make_record(item, sample, comp, score))
+            bar.update(len(completions))
 
     own = backend is None
     backend = backend or build_backend(cfg.model, cfg.sampling)
     bar = _progress(todo)
     start = time.perf_counter()
     try:
-        backend.generate(requests, cfg.sampling, on_result)
+        backend.generate(asked, cfg.sampling, on_result)
     finally:
         stats["generate_s"] = time.perf_counter() - start
         bar.close()
@@ -197,6 +244,7 @@ def run_evaluation(cfg: EvalConfig, out_dir: str, backend: Backend | None = None
         "sampling": dataclasses.asdict(cfg.sampling), "system_prompt": cfg.system_prompt, "pass_k": cfg.pass_k,
         "reward": scoring_options(cfg),
         "items": len(items), "suite_build_s": round(build_s, 3), "generated_samples": stats["samples"],
+        "asked_prompts": stats.get("asked", 0),
         "generate_s": round(gen_s, 3), "samples_per_s": round(stats["samples"] / gen_s, 3) if gen_s else None,
         "tokens_per_s": round(stats["tokens"] / gen_s, 1) if gen_s else None,
         "fingerprint": fingerprint(cfg)["hash"], "complete": len(records) == len(keys),

@@ -82,6 +82,27 @@ def test_scores_and_metrics_are_exact_with_a_scripted_backend(tmp_path):
     assert results["overall"]["n_samples"] == 48
 
 
+def test_greedy_asks_each_distinct_prompt_once_and_every_item_gets_its_answer(tmp_path):
+    """The quickstart's suite repeats questions (650 items, 403 prompts): greedily, each prompt is generated once and
+    its answer recorded and scored for every item that asks it; sampled, every item is asked for its own samples."""
+    from evaluation.evaluate_model import mode_configs
+
+    cfg = load_config(str(REPO / "configs" / "eval" / "quickstart.yaml"), ["model.path=unused"])
+    items = build_suite(cfg)
+    prompts = {json.dumps(i.messages, sort_keys=True) for i in items}
+    assert (len(items), len(prompts)) == (650, 403)
+    (_, greedy), (_, sampled) = mode_configs(cfg)
+    backend = ScriptedBackend(items)
+    results = run_evaluation(greedy, str(tmp_path / "greedy"), backend=backend)
+    assert len(backend.asked) == 403 and results["run"]["asked_prompts"] == 403
+    records = lines(tmp_path / "greedy" / "generations.jsonl")
+    assert sorted(r["item_id"] for r in records) == sorted(i.item_id for i in items)
+    assert results["overall"]["accuracy"] == 1.0  # a repeat's answer is scored against its own item: it is right
+    backend.asked.clear()
+    run_evaluation(sampled, str(tmp_path / "sampled"), backend=backend)
+    assert len(backend.asked) == 650 and all(samples == (0, 1, 2, 3) for _, samples in backend.asked)
+
+
 def test_changed_run_refuses_the_same_output_folder(tmp_path):
     cfg = load_config(SMOKE, ["model.path=unused", "sampling.n=1", "pass_k=[1]"])
     run_evaluation(cfg, str(tmp_path), backend=ScriptedBackend(build_suite(cfg)))
@@ -123,8 +144,9 @@ def test_resume_after_killed_run(tiny_model_dir, tmp_path):
 
 def test_the_base_evaluation_cache_serves_only_the_same_suite_model_files_and_scoring(tmp_path, monkeypatch, capsys):
     """`--cache` (the pipeline's base-model evaluation): a second evaluation of the same model, suite and scoring is a
-    hit; another suite, a model folder whose files changed (a re-export to the same path) or another scoring option
-    is a miss, each in its own folder, and the key's parts are written beside the results."""
+    hit; another suite, a model folder whose files changed (a re-export to the same path), another scoring option or
+    other code that generates and scores is a miss, each in its own folder, and the key's parts are written beside
+    the results."""
     from evaluation.evaluate_model import evaluate
 
     monkeypatch.setenv("RG_GRPO_CACHE", str(tmp_path / "cache"))
@@ -146,7 +168,14 @@ def test_the_base_evaluation_cache_serves_only_the_same_suite_model_files_and_sc
     misses = [cached("suite.size=3"), cached("reward.partial_credit=true")]
     (model / "config.json").write_text('{"hidden_size": 16}')
     misses.append(cached())
-    assert all("(hit)" not in line for line in misses) and len({first, *misses}) == 4
+    code = tmp_path / "scorer.py"  # the code that made the records changed (here: a stand-in for envs/)
+    code.write_text("A = 1\n")
+    monkeypatch.setattr("evaluation.runner.RECORD_CODE", (str(code),))
+    misses.append(cached())
+    code.write_text("A = 2\n")
+    misses.append(cached())
+    assert all("(hit)" not in line for line in misses) and len({first, *misses}) == 6
+    assert key["code"]["libraries"]["reasoning-gym"] and len(key["code"]["sha256"]) == 16
 
 
 def test_comparison_of_two_runs(tmp_path):
