@@ -122,13 +122,20 @@ def test_smollm2_missing_wheel_message(monkeypatch):
 
 
 @pytest.mark.slow
-def test_smollm2_prepare_loads_and_answers(tmp_path_factory):
-    pytest.importorskip("gguf")
+def test_smollm2_prepare_reads_the_gguf_once_then_loads_and_answers(tmp_path_factory, monkeypatch):
+    """The conversion hands transformers one parsed GGUF (it would parse it 4 times, ~7 s each on 2 cores): that works
+    only while transformers imports gguf.GGUFReader at each call, which the count checks."""
+    gguf = pytest.importorskip("gguf")
     try:
         offline_models.smollm2_gguf_path()
     except (ModuleNotFoundError, FileNotFoundError) as err:
         pytest.skip(str(err))
+    parses = []
+    parse = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *args, **kwargs: parses.append(args) or parse(*args, **kwargs))
+    counting = gguf.GGUFReader
     path = prepare_smollm2(tmp_path_factory.mktemp("models") / "smollm2")
+    assert len(parses) == 1 and gguf.GGUFReader is counting  # parsed once, and the reader is gguf's own again
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     assert model.config.model_type == "llama" and tok.eos_token == "<|im_end|>"
