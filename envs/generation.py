@@ -3,8 +3,8 @@
 The same arguments give the same entry in any process, because:
 - candidates come from the split's own seed range (envs.splits), not from Reasoning Gym's `seed + index` neighbourhood,
   and the entry is the first candidate whose question the split owns;
-- the global `random` module is seeded with the candidate's seed while the generator runs (list_functions and a few
-  others draw from it) and restored afterwards;
+- the global `random` and numpy's global generator are seeded with the candidate's seed while the generator runs
+  (list_functions draws from `random`; codeio runs snippets that draw from both) and restored afterwards;
 - generators that depend on PYTHONHASHSEED are run by envs.producer in a process started with PYTHONHASHSEED=0.
 """
 
@@ -16,6 +16,7 @@ import random
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import reasoning_gym
 
 from envs.splits import MAX_ATTEMPTS, item_seed, question_owner
@@ -49,12 +50,14 @@ def generate_candidate(task: str, config_text: str, value: int) -> dict[str, Any
     """Returns the Reasoning Gym entry whose item seed is `value` (no split ownership check)."""
     offset = value % CHUNK_SIZE
     dataset = _chunk_dataset(task, config_text, value - offset)
-    saved = random.getstate()
+    saved, saved_numpy = random.getstate(), np.random.get_state()
     random.seed(value)
+    np.random.seed(value % (1 << 32))
     try:
         return dataset[offset]
     finally:
         random.setstate(saved)
+        np.random.set_state(saved_numpy)
 
 
 def generate_entry(task: str, config: dict[str, Any], split: str, seed: int, position: int) -> dict[str, Any]:

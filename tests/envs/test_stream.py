@@ -109,6 +109,25 @@ def test_every_task_is_reproducible_under_any_pythonhashseed():
     assert [p for p in first if first[p] != second.get(p)] == []
 
 
+def test_an_item_drawing_from_numpys_global_generator_is_one_item_per_seed():
+    """codeio runs snippets that draw from np.random (here a Levy flight): seeded per candidate, the item does not
+    depend on what drew from numpy before it (it decided the item's split, so the audit's counts moved between runs),
+    and numpy's state is left as it was."""
+    import numpy as np
+
+    from envs.generation import config_key, generate_candidate
+    from envs.splits import item_seed
+
+    value = item_seed("validation", 0, 11, 0)
+    items = []
+    for prior_seed in (1, 2):
+        np.random.seed(prior_seed)
+        before = np.random.get_state()[1].copy()
+        items.append(generate_candidate("codeio", config_key({}), value))
+        assert (np.random.get_state()[1] == before).all()
+    assert "np.random.normal" in items[0]["question"] and items[0] == items[1]
+
+
 def test_dataloader_workers_shard_without_duplicates():
     reference = TaskStream(EASY, seed=5)
     loader = StatefulDataLoader(TaskStream(EASY, seed=5), batch_size=4, num_workers=2, collate_fn=collate_fn)
