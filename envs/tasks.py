@@ -20,8 +20,6 @@ RESERVED_CONFIG_KEYS = frozenset({"seed", "size"})
 HASH_SENSITIVE_TASKS = frozenset(
     {"isomorphic_strings", "knight_swap", "polynomial_multiplication", "ransom_note", "word_ladder"}
 )
-# Generators that draw from the global `random` module: we seed it per item (see envs.generation).
-GLOBAL_RANDOM_TASKS = frozenset({"list_functions"})
 # Generators slower than ~100 items/s on one core: produced ahead in background processes.
 SLOW_TASKS = frozenset(
     {
