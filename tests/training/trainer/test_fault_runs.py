@@ -20,11 +20,16 @@ import pytest
 
 from tests.training.trainer.fault_run import FAST_WATCHDOG, REPO, fault_lines, metrics_of, runs, train_command
 
-# the bounds asserted here hold a run's own step times plus slack for load: run alone (`make test`'s serial part)
+# the bounds asserted here hold a run's own step times plus slack for load: run apart from the training-heavy tests
+# (`make test`'s serial part, two at a time)
 pytestmark = pytest.mark.serial
 
 
 # ----- faults the run survives, in one run: a step after each still trains all of its samples
+
+# how long to wait for a [recovered] line: its timing is asserted from the bound the line names, so the wait only
+# has to outlast that bound on a loaded machine (two fault runs side by side, `make test`'s serial part)
+RECOVERY_WAIT = 600
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
@@ -66,9 +71,10 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
     worker = run.strike(r"ray::RewardLoopWorker", r"envs\.producer:_generate", sig=signal.SIGSTOP)
     stopped = time.monotonic()
     # the stopped producer child times out after half the bound and is replaced: that is progress, and the step's
-    # bound then rises while the new process warms up (3 x the start-up time); the line says the bound it used
+    # bound then rises while the new process warms up (3 x its start-up time, which a loaded machine stretches: the
+    # wait is long, and the asserts below hold the recovery to the bound the line says it used)
     recovered = run.wait_for(lambda: any("reward worker" in e["text"] for e in run.events("recovered")),
-                             bound / 2 + 3 * bound + 120, "[recovered] line for the stopped reward worker")
+                             RECOVERY_WAIT, "[recovered] line for the stopped reward worker")
     line = [e["text"] for e in run.events("recovered") if "reward worker" in e["text"]][0]
     stalled, used = map(float, re.search(r"no progress for (\d+) s \(bound (\d+) s", line).groups())
     assert used <= stalled <= used + 20, line  # caught at its bound (a probe's seconds apart)
@@ -81,7 +87,7 @@ def test_killed_then_hung_reward_worker_and_producer_recover_a_slow_step_is_no_h
     # Its replacement raises the bound to 3 x the start-up time until that step ends: a slow step set up before it
     # ran under that bound and did not exceed it. The step of its line is at most the one in flight when it is read.
     run.wait_for(lambda: any("producer process hung" in e["text"] for e in run.events("recovered")),
-                 bound / 2 + 3 * bound + 120, "[recovered] line for the stopped producer child")
+                 RECOVERY_WAIT, "[recovered] line for the stopped producer child")
     recovery_step = max(recovery_step, run.steps() + 1)
     # the step of a recovery and the next one (where the restart is noticed) are not healthy: the bound is again
     # a multiple of a warm step once a third has ended
