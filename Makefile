@@ -157,7 +157,7 @@ install-slurm:
 # in tests/conftest.py's order, slow ones first (xdist's own reorder, by test count, sent the one-test training files
 # last, to run alone at the end). Tests marked
 # `serial` (timed against the machine's load) then run apart from them, two at a time (a fault run mostly waits on
-# its tiny steps: 8.0 min for the part against 14.6 alone); both parts run, and either failing fails `make test`.
+# its tiny steps: 7.6-8.0 min for the part against 14.6 alone); both parts run, and either failing fails `make test`.
 # Tests marked `extended` (real runs whose guard overlaps the others': docs/testing.md) are left out for CI's time;
 # `make test-extended` runs them.
 TEST_WORKERS ?= 2
