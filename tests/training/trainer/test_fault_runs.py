@@ -24,12 +24,12 @@ from tests.training.trainer.fault_run import FAST_WATCHDOG, REPO, fault_lines, m
 # (`make test`'s serial part, two at a time)
 pytestmark = pytest.mark.serial
 
-
-# ----- faults the run survives, in one run: a step after each still trains all of its samples
-
 # how long to wait for a [recovered] line: its timing is asserted from the bound the line names, so the wait only
 # has to outlast that bound on a loaded machine (two fault runs side by side, `make test`'s serial part)
 RECOVERY_WAIT = 600
+
+
+# ----- faults the run survives, in one run: a step after each still trains all of its samples
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
