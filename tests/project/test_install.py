@@ -63,20 +63,25 @@ def test_a_full_disk_is_named_before_any_download(tmp_path):
 
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")
 def test_make_test_counts_every_venv_it_installs_side_by_side_before_any_download(tmp_path):
-    """`make test` installs .venv and .venv-vllm at once: its disk check asks for both where both are missing, for
-    the one left where the other is installed, and says to run the command the user ran again."""
+    """`make test` installs .venv and .venv-vllm at once: its disk check asks for both together where both are
+    missing (TEST_DISK_NEEDED_GIB), for the one left where the other is installed, and says to run the command the
+    user ran again."""
     venv, vllm_venv = tmp_path / "venv", tmp_path / "venv-vllm"
-    done = make("test-env", f"VENV={venv}", f"VLLM_VENV={vllm_venv}", "DISK_NEEDED_GIB=600000",
-                "VLLM_DISK_NEEDED_GIB=400000")
+    sizes = ["DISK_NEEDED_GIB=600000", "VLLM_DISK_NEEDED_GIB=400000", "TEST_DISK_NEEDED_GIB=1000000"]
+    done = make("test-env", f"VENV={venv}", f"VLLM_VENV={vllm_venv}", *sizes)
     assert done.returncode != 0 and not venv.exists() and not vllm_venv.exists()
     assert re.search(r"make: \d+ GiB free on the disk of \S+; installing needs about 1000000 GiB", done.stderr)
     assert "then run make test-env again" in done.stderr
     venv.mkdir()
     (venv / ".installed").touch()
-    done = make("test-env", f"VENV={venv}", f"VLLM_VENV={vllm_venv}", "DISK_NEEDED_GIB=600000",
-                "VLLM_DISK_NEEDED_GIB=400000")
+    done = make("test-env", f"VENV={venv}", f"VLLM_VENV={vllm_venv}", *sizes)
     assert done.returncode != 0 and not vllm_venv.exists()
     assert "installing needs about 400000 GiB" in done.stderr
+    (venv / ".installed").rename(tmp_path / "moved")
+    vllm_venv.mkdir()
+    (vllm_venv / ".installed").touch()
+    done = make("test-env", f"VENV={venv}", f"VLLM_VENV={vllm_venv}", *sizes)
+    assert done.returncode != 0 and "installing needs about 600000 GiB" in done.stderr
 
 
 def test_the_vllm_venv_names_a_full_disk_before_any_download(tmp_path):
