@@ -155,8 +155,8 @@ install-slurm:
 	  else echo "install-slurm: no SLURM here and no root apt-get; the SLURM tests will be skipped"; fi; }
 
 # What `make test` needs, installed side by side: the two venvs' pip installs and the OS packages (Chromium, then
-# SLURM: apt-get takes one at a time) in three jobs (the venvs: 136 s together against 189 s one after the other on
-# 2 cores). Each job's output shows when it ends. The disk check asks for what the venvs still to install need
+# SLURM: apt-get takes one at a time) in three jobs (the venvs: 136-165 s together against 189 s one after the other
+# on 2 cores). Each job's output shows when it ends. The disk check asks for what the venvs still to install need
 # together (both: 10 GiB, docs/install.md; a fresh clone's `make test` peaked at 7.8 GiB).
 VLLM_DISK_NEEDED_GIB ?= 5
 TEST_DISK_NEEDED_GIB ?= 10
