@@ -146,6 +146,33 @@ def _advanced_geometry(answer: str, entry: dict[str, Any]) -> float:
     return _rg_scorer("advanced_geometry")(answer, entry)
 
 
+def _same_json(given: Any, expected: Any) -> bool:
+    """JSON values equal as values of their own kinds (an integer and a float may stand for each other): true is not 1,
+    "1" is not 1, {} is not []."""
+    numbers = (int, float)
+    if not (isinstance(given, numbers) and isinstance(expected, numbers)) or isinstance(given, bool) \
+            or isinstance(expected, bool):
+        if type(given) is not type(expected):
+            return False
+    if isinstance(given, dict):
+        return given.keys() == expected.keys() and all(_same_json(given[key], expected[key]) for key in given)
+    if isinstance(given, list):
+        return len(given) == len(expected) and all(map(_same_json, given, expected))
+    return given == expected
+
+
+def _codeio(answer: str, entry: dict[str, Any]) -> float:
+    """Reasoning Gym's rule (the gold's text; else the answer's {...} against the gold's JSON, credit by a tree edit
+    distance) with 1 only for the gold's value: its distance reads every value as text and its equality is Python's,
+    so {} scored 1 for [], "1" for 1 and true for 1."""
+    score = _rg_scorer("codeio")(answer, entry)
+    expected = str(entry["answer"]).strip()
+    if score < 1.0 or answer.strip() == expected:
+        return score
+    given = json.loads(answer[answer.index("{"):answer.rindex("}") + 1])  # parsed by Reasoning Gym's rule already
+    return 1.0 if _same_json(given, json.loads(expected)) else 0.01
+
+
 @lru_cache(maxsize=64)
 def _configured_scorer(task: str, config_text: str) -> Callable[[str, dict[str, Any]], float]:
     return reasoning_gym.create_dataset(task, seed=0, size=1, **json.loads(config_text)).score_answer
@@ -161,7 +188,7 @@ def _rg_scorer(task: str) -> Callable[[str, dict[str, Any]], float]:
 # letter_jumble's and coin_flip's partial credit reaches (or rounds to) 1.0 for wrong answers; number_sorting's takes
 # numbers off by up to 1; puzzle24's any expression that makes 24, with other numbers than the puzzle's; gsm_symbolic's
 # reads no sign; word_sorting's and game_of_life's take the right answer followed by more; advanced_geometry's a right
-# point followed by another; time_intervals' a day count in any unit.
+# point followed by another; time_intervals' a day count in any unit; codeio's a JSON value of another kind.
 REPAIRED_SCORERS: dict[str, Callable[[str, dict[str, Any]], float]] = {
     "game_of_life_halting": _exact_boolean,
     "spell_backward": _spell_backward,
@@ -173,6 +200,7 @@ REPAIRED_SCORERS: dict[str, Callable[[str, dict[str, Any]], float]] = {
     "word_sorting": _word_sorting,
     "game_of_life": _game_of_life,
     "advanced_geometry": _advanced_geometry,
+    "codeio": _codeio,
 }
 # Repairs that build on Reasoning Gym's scorer made with the item's task config: {task: scorer(answer, entry, config)}
 CONFIGURED_REPAIRS: dict[str, Callable[[str, dict[str, Any], str], float]] = {"time_intervals": _time_intervals}

@@ -59,7 +59,26 @@ def test_advanced_geometry_takes_one_point_and_time_intervals_a_day_count_in_day
     assert rg_score("time_intervals", days["answer"].split()[0], days)[0] == 1.0  # the number alone, as RG
 
 
+def test_codeio_takes_only_the_golds_json_value_not_one_of_another_kind():
+    """Reasoning Gym's tree distance reads values as text: a number written as a string, true for 1 and {} for []
+    (the audit's constant `{}` on an item whose output is an empty list) all scored 1."""
+    import json
+
+    entry = entry_of("codeio", where=lambda e: any(type(v) in (int, float) for v in json.loads(e["answer"]).values()))
+    gold = json.loads(entry["answer"])
+    key = next(k for k, v in gold.items() if type(v) in (int, float))
+    for wrong in ({**gold, key: str(gold[key])}, {**gold, key: True} if gold[key] == 1 else {**gold, key: [gold[key]]}):
+        text = json.dumps(wrong)
+        assert rg_score("codeio", text, entry)[0] < 1.0, text
+    as_text = json.dumps({**gold, key: str(gold[key])})
+    assert _rg_scorer("codeio")(as_text, entry) == 1.0  # what was repaired
+    empty = dict(entry, answer="[]")
+    assert _rg_scorer("codeio")("{}", empty) == 1.0 and rg_score("codeio", "{}", empty)[0] < 1.0
+    assert rg_score("codeio", json.dumps(gold, indent=2), entry)[0] == 1.0  # spacing is the same value
+    assert rg_score("codeio", entry["answer"], entry)[0] == 1.0
+
+
 @pytest.mark.parametrize("task", ["puzzle24", "gsm_symbolic", "word_sorting", "game_of_life", "advanced_geometry",
-                                  "time_intervals"])
+                                  "time_intervals", "codeio"])
 def test_the_repaired_tasks_are_named_repaired(task):
     assert is_repaired(task)

@@ -109,6 +109,29 @@ def test_every_task_is_reproducible_under_any_pythonhashseed():
     assert [p for p in first if first[p] != second.get(p)] == []
 
 
+_CODEIO = """
+import hashlib
+from envs.stream import TaskStream
+stream = TaskStream({"tasks": {"codeio": {}}}, split="validation", seed=0)
+print("RESULT", [hashlib.sha256(stream.entry_at(p)[2]["question"].encode()).hexdigest() for p in range(8)])
+stream.close()
+"""
+
+
+def test_codeio_items_whose_snippet_iterates_a_set_are_the_same_under_any_pythonhashseed():
+    """Some of the snippets codeio runs iterate over sets: its validation item 6 at seed 0 was another program under
+    PYTHONHASHSEED=3 than under 1 (the audit's counts moved with it), so codeio is generated under PYTHONHASHSEED=0."""
+    runs = [subprocess.Popen([sys.executable, "-c", _CODEIO], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            for hash_seed in ("1", "3")]
+    results = []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=300)
+        assert "RESULT" in stdout, f"exit {run.returncode}: {stderr[-3000:]}"
+        results.append(stdout[stdout.index("RESULT"):])
+    assert results[0] == results[1]
+
+
 def test_an_item_drawing_from_numpys_global_generator_is_one_item_per_seed():
     """codeio runs snippets that draw from np.random (here a Levy flight): seeded per candidate, the item does not
     depend on what drew from numpy before it (it decided the item's split, so the audit's counts moved between runs),
