@@ -13,9 +13,7 @@ the fix (training/launch/devices.py). preflight=true runs the quick CPU check of
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -181,9 +179,9 @@ def reward_line(cfg: DictConfig) -> str:
 def launch(cfg: DictConfig) -> None:
     """Hands the checked config to verl: Ray, our TaskRunner (which imports our trainer), fit. The console shows
     our lines only (env.console=quiet, training/launch/console.py); raises TrainingFailed when a worker fails."""
-    from training.launch.console import driver_console
     from training.launch.guardian import start as start_guardian
     from training.launch.hardware import activate_cpu_backend
+    from training.launch.stops import AfterRayInit, stops_and_console
     from training.report.startup import write_launch
 
     print(f"[train] starting Ray and verl's workers; their output: {cfg.env.logs_dir}", flush=True)
@@ -193,7 +191,7 @@ def launch(cfg: DictConfig) -> None:
     # step 20 to 200, +2.2% with this bound); the local cluster Ray starts here reads it from the environment.
     os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", "1000")
     interrupted = []
-    with driver_console(cfg, LAUNCHED), interrupt_remembered(interrupted), sigterm_stops_training() as on_ray_ready:
+    with stops_and_console(cfg, LAUNCHED, interrupted) as on_ray_ready:
         if cfg.trainer.device == "cpu":
             activate_cpu_backend(cfg)  # before verl is imported, so that it never guesses another platform
         from verl.trainer.main_ppo import run_ppo
@@ -226,74 +224,6 @@ def ray_did_not_start(err: BaseException) -> bool:
     import ray
 
     return "The current node timed out during startup" in str(err) and not ray.is_initialized()
-
-
-@contextlib.contextmanager
-def interrupt_remembered(interrupted: list):
-    """While training, SIGINT raises KeyboardInterrupt as usual and is also remembered in `interrupted`. In one CI
-    run a Ctrl-C sent after step 1 never surfaced and the run trained to its end with exit 0; whatever swallowed it,
-    the launch now ends interrupted (exit 130, the resume command)."""
-    def on_sigint(signum, frame):
-        interrupted.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class AfterRayInit:
-    """Stands in for the task runner's actor class in verl's `run_ppo`, which creates that actor right after its
-    `ray.init`: the first moment the driver can install its own SIGTERM handler over the one `ray.init` installs.
-    Ray's handler stops Ray's processes and exits 1, and the process then aborted (a real run, 2026-11-26: exit 134,
-    "[fault] training stopped: 1")."""
-
-    def __init__(self, actor_class, on_ray_ready):
-        self.actor_class, self.on_ray_ready = actor_class, on_ray_ready
-
-    def remote(self, *args, **kwargs):
-        self.on_ray_ready()
-        return self.actor_class.remote(*args, **kwargs)
-
-    def options(self, **kwargs):
-        self.on_ray_ready()
-        return self.actor_class.options(**kwargs)
-
-
-@contextlib.contextmanager
-def sigterm_stops_training():
-    """Yields `install`: from then on SIGTERM says "[train] stopped by SIGTERM" at once and raises Terminated in the
-    main thread, which ends the launch like Ctrl-C (Ray shut down) with exit 143. Whatever the block does after the
-    signal (a library swallows the exception, the job's Ray cluster stops with it and a worker dies) ends it as
-    Terminated too. A second SIGTERM during that clean-up ends the process at once (the guardian removes what is
-    left). Without a SIGTERM, the handler in place before `install` is put back."""
-    previous, received = [], []
-
-    def on_sigterm(signum, frame):
-        received.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        stop = Terminated("SIGTERM")
-        say_stop(stop)
-        raise stop
-
-    def install():
-        if not previous:
-            previous.append(signal.signal(signal.SIGTERM, on_sigterm))
-
-    try:
-        yield install
-    except BaseException as err:
-        if received and not isinstance(err, Terminated):  # ray.get makes a plain KeyboardInterrupt of it
-            raise Terminated("SIGTERM") from err
-        raise
-    else:
-        if received:
-            raise Terminated("SIGTERM")
-    finally:
-        if previous and not received:
-            signal.signal(signal.SIGTERM, previous[0])
 
 
 def run(cfg: DictConfig) -> int:

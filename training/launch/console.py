@@ -30,6 +30,7 @@ TAIL_LINES = 25
 # Where the stop line goes (the terminal while driver_console runs), its resume command (made before training), and
 # what was said already (ray.get hands on a new KeyboardInterrupt for the one the SIGTERM handler raised).
 STOP_LINE = {"fd": 2, "resume": None, "said": set()}
+_SAYING = threading.RLock()  # reentrant: a signal handler may run in the main thread while it says a line
 
 
 class Terminated(KeyboardInterrupt):
@@ -260,19 +261,27 @@ def driver_console(cfg: DictConfig, started: float):
         yield logs
     except BaseException as err:  # noqa: BLE001 - summarised below, then raised as TrainingFailed
         failure = err
+        if not isinstance(err, KeyboardInterrupt) and "stopped by SIGTERM" in STOP_LINE["said"]:
+            failure = Terminated("SIGTERM")  # the job's cluster stopped with the signal: the failure is the stop's doing
+            failure.__cause__ = err
     finally:
         if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
             say_stop(failure)
-        STOP_LINE.update(fd=2, resume=None)
-        printer.stop_event.set()
-        printer.join(timeout=5)
-        ray_logs = ray_logs_dir() or printer.ray_logs
-        shutdown_ray()  # before the terminal is given back: what Ray says as it kills its workers goes to the log
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-        os.close(saved[0]), os.close(saved[1])
-        terminal.close()
-        worker_logs = collect_worker_logs(ray_logs, logs)
+        ray_logs = None
+        try:
+            printer.stop_event.set()
+            printer.join(timeout=5)
+            ray_logs = ray_logs_dir() or printer.ray_logs
+            shutdown_ray()  # before the terminal is given back: what Ray says as it kills its workers goes to the log
+        except KeyboardInterrupt as stop:  # a stop during the clean-up (a job's SIGTERM after its cluster died) ends
+            failure = stop  # the launch as stopped; the terminal is given back all the same
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            STOP_LINE.update(fd=2, resume=None)  # the terminal is fd 2 again
+            os.close(saved[0]), os.close(saved[1])
+            terminal.close()
+        worker_logs = collect_worker_logs(ray_logs or printer.ray_logs, logs)
     if failure is not None:
         if isinstance(failure, KeyboardInterrupt):
             raise failure
@@ -291,11 +300,12 @@ def say_stop(stop: KeyboardInterrupt) -> None:
     grace (SLURM's KillWait, 30 s by default), and what comes after the signal (Ray's shutdown, the cluster's head
     stopping with the job) can outlast it, or lose the exception (twice in CI, scancel: no line, the job killed)."""
     what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
-    if what in STOP_LINE["said"]:
-        return
-    resume = STOP_LINE.get("resume") or resume_command()
-    os.write(STOP_LINE["fd"], f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
-    STOP_LINE["said"].add(what)
+    with _SAYING:  # the SIGTERM watcher thread and the main thread's handler may both get here
+        if what in STOP_LINE["said"]:
+            return
+        resume = STOP_LINE.get("resume") or resume_command()
+        os.write(STOP_LINE["fd"], f"\n[train] {what}; to resume from the last checkpoint: {resume}\n".encode())
+        STOP_LINE["said"].add(what)
 
 
 def where_logs_are(cfg: DictConfig) -> str:

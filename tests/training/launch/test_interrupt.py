@@ -1,5 +1,6 @@
-"""A Ctrl-C during training always ends the launch as interrupted (training/train_grpo.py's interrupt_remembered),
-also when a library catches the KeyboardInterrupt on its way up."""
+"""A Ctrl-C during training always ends the launch as interrupted, and a SIGTERM as stopped, with the resume command
+(training/launch/stops.py), also when a library catches the KeyboardInterrupt on its way up or the job's Ray cluster
+dies before the signal arrives."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import signal
 import time
 
-from training.train_grpo import interrupt_remembered
+from training.launch.stops import interrupt_remembered
 
 
 def test_a_ctrl_c_that_a_library_swallowed_is_still_remembered():
@@ -52,7 +53,7 @@ def test_a_sigterm_after_ray_init_ends_the_launch_as_stopped(tmp_path):
     from omegaconf import OmegaConf
 
     from training.launch.console import Terminated, driver_console
-    from training.train_grpo import AfterRayInit, sigterm_stops_training
+    from training.launch.stops import AfterRayInit, sigterm_stops_training
 
     class Actor:
         @staticmethod
@@ -105,14 +106,13 @@ def test_the_stop_is_said_on_the_terminal_before_rays_shutdown(tmp_path, monkeyp
 
 
 def sigterm_in(body, tmp_path, capfd):
-    """Runs `body(send)` inside driver_console (quiet) and sigterm_stops_training with our handler installed, `send`
-    sending this process SIGTERM; returns (the exception the launch ended with, the terminal's stderr at the moment
-    the body had just sent the signal)."""
+    """Runs `body(send, sent)` inside the launch's stops_and_console (quiet) with our handler installed, `send`
+    sending this process SIGTERM; returns (the exception the launch ended with, the terminal's stderr when the body
+    called `sent()`)."""
     import pytest
     from omegaconf import OmegaConf
 
-    from training.launch.console import driver_console
-    from training.train_grpo import sigterm_stops_training
+    from training.launch.stops import stops_and_console
 
     cfg = OmegaConf.create({"env": {"logs_dir": str(tmp_path / "logs"), "console": "quiet"}})
     said = []
@@ -127,12 +127,12 @@ def sigterm_in(body, tmp_path, capfd):
     before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(KeyboardInterrupt) as stop:
-            with driver_console(cfg, time.time()), sigterm_stops_training() as install:
+            with stops_and_console(cfg, time.time(), []) as install:
                 install()
                 body(send, sent)
     finally:
         signal.signal(signal.SIGTERM, before)
-    return stop.value, said[0]
+    return stop.value, (said or [""])[0]
 
 
 def test_a_sigterm_is_said_at_once_and_ends_the_launch_even_when_a_library_swallows_it(tmp_path, capfd):
@@ -170,3 +170,72 @@ def test_a_worker_failure_after_a_sigterm_ends_the_launch_as_stopped_not_failed(
     assert isinstance(stop, Terminated) and isinstance(stop.__cause__, RuntimeError)
     assert "[train] stopped by SIGTERM" in said
     assert not (tmp_path / "logs" / "error.log").exists()
+
+
+def test_a_sigterm_that_comes_after_the_cluster_died_still_ends_the_launch_as_stopped(tmp_path, monkeypatch, capfd):
+    """A scancelled SLURM job: its Ray nodes stopped first, the driver's wait on the trainer failed, and the SIGTERM
+    reached the driver during the failure's clean-up (Ray's shutdown on a dead cluster, which hangs). Three CI jobs
+    ended so with no line (the handler `ray.init` left was back in place) and were killed after SLURM's grace: the
+    line is said the moment the signal arrives, the launch ends as stopped, and the terminal is given back."""
+    from training.launch import console
+    from training.launch.console import Terminated
+
+    def hung_shutdown():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM raised nothing")
+
+    def cluster_died(send, sent):
+        monkeypatch.setattr(console, "shutdown_ray", hung_shutdown)
+        raise RuntimeError("The actor died unexpectedly before finishing this task.")
+
+    stop, _ = sigterm_in(cluster_died, tmp_path, capfd)
+    assert isinstance(stop, Terminated)
+    terminal = capfd.readouterr().err
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint: python " in terminal
+    assert "stopped by SIGTERM" not in (tmp_path / "logs" / "driver.log").read_text()
+    assert not (tmp_path / "logs" / "error.log").exists()
+    print("back")  # fd 1 is the terminal again, not driver.log
+    assert "back" in capfd.readouterr().out
+
+
+_HELD_MAIN_THREAD = """
+import os, signal, sys, time
+from omegaconf import OmegaConf
+from training.launch import console
+from training.launch.stops import stops_and_console
+cfg = OmegaConf.create({"env": {"logs_dir": sys.argv[1], "console": "quiet"}})
+with stops_and_console(cfg, time.time(), []) as install:
+    install()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the signal reaches another thread; this one runs
+    os.write(console.STOP_LINE["fd"], b"READY\\n")               # no handler until it is back in Python, as in Ray's
+    time.sleep(60)                                                # C++ wait on a trainer whose node died with the job
+"""
+
+
+def test_the_sigterm_line_is_said_while_the_main_thread_is_held_in_c_code(tmp_path):
+    """Python runs signal handlers in the main thread only: in three CI jobs scancelled while the driver's main thread
+    was in Ray's wait ("Attempting to recover 1 lost objects"), the line never came before SLURM's SIGKILL. The
+    watcher thread says it at once, whichever thread the signal reaches."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    terminal = tmp_path / "terminal.txt"
+    with open(terminal, "w") as out:
+        child = subprocess.Popen([sys.executable, "-c", _HELD_MAIN_THREAD, str(tmp_path / "logs")], stderr=out,
+                                 cwd=Path(__file__).resolve().parents[3])
+    try:
+        deadline = time.monotonic() + 60
+        while "READY" not in terminal.read_text() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "READY" in terminal.read_text(), terminal.read_text()[-3000:]
+        child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "stopped by SIGTERM" not in terminal.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "[train] stopped by SIGTERM; to resume from the last checkpoint" in terminal.read_text()
+        assert child.poll() is None  # said while the main thread was still held
+    finally:
+        child.kill()
+        child.wait()
