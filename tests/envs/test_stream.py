@@ -86,6 +86,21 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def results_under_hash_seeds(script: str, hash_seeds: tuple[str, ...], timeout: int) -> list:
+    """The JSON after "RESULT " that `script` prints, run at once in a process for each PYTHONHASHSEED."""
+    runs = [subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            for hash_seed in hash_seeds]
+    results = []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=timeout)
+        # Reasoning Gym prints progress dots without a newline, so the marker may sit mid-line
+        lines = [line.split("RESULT ", 1)[1] for line in stdout.splitlines() if "RESULT " in line]
+        assert lines, f"exit {run.returncode}: {stderr[-3000:]}"
+        results.append(json.loads(lines[0]))
+    return results
+
+
 @pytest.mark.slow
 def test_every_task_is_reproducible_under_any_pythonhashseed():
     """One stream over all 105 tasks, read until every task appeared, in two processes with different PYTHONHASHSEED.
@@ -94,26 +109,16 @@ def test_every_task_is_reproducible_under_any_pythonhashseed():
     The answers of codeio items whose program times itself ("time_consumed_...") differ in any two runs: their
     questions are compared.
     """
-    runs = [subprocess.Popen([sys.executable, "-c", _DUMP], env={**os.environ, "PYTHONHASHSEED": hash_seed},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-            for hash_seed in ("1", "2")]
-    outputs = []
-    for run in runs:
-        stdout, stderr = run.communicate(timeout=800)
-        # Reasoning Gym prints progress dots without a newline, so the marker may sit mid-line
-        lines = [line.split("RESULT ", 1)[1] for line in stdout.splitlines() if "RESULT " in line]
-        assert lines, f"exit {run.returncode}: {stderr[-3000:]}"
-        outputs.append(json.loads(lines[0]))
-    first, second = outputs
+    first, second = results_under_hash_seeds(_DUMP, ("1", "2"), timeout=800)
     assert len({key for key, _ in first.values()}) == len(all_tasks())
     assert [p for p in first if first[p] != second.get(p)] == []
 
 
 _CODEIO = """
-import hashlib
+import hashlib, json
 from envs.stream import TaskStream
 stream = TaskStream({"tasks": {"codeio": {}}}, split="validation", seed=0)
-print("RESULT", [hashlib.sha256(stream.entry_at(p)[2]["question"].encode()).hexdigest() for p in range(8)])
+print("RESULT " + json.dumps([hashlib.sha256(stream.entry_at(p)[2]["question"].encode()).hexdigest() for p in range(8)]))
 stream.close()
 """
 
@@ -121,15 +126,8 @@ stream.close()
 def test_codeio_items_whose_snippet_iterates_a_set_are_the_same_under_any_pythonhashseed():
     """Some of the snippets codeio runs iterate over sets: its validation item 6 at seed 0 was another program under
     PYTHONHASHSEED=3 than under 1 (the audit's counts moved with it), so codeio is generated under PYTHONHASHSEED=0."""
-    runs = [subprocess.Popen([sys.executable, "-c", _CODEIO], env={**os.environ, "PYTHONHASHSEED": hash_seed},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-            for hash_seed in ("1", "3")]
-    results = []
-    for run in runs:
-        stdout, stderr = run.communicate(timeout=300)
-        assert "RESULT" in stdout, f"exit {run.returncode}: {stderr[-3000:]}"
-        results.append(stdout[stdout.index("RESULT"):])
-    assert results[0] == results[1]
+    first, second = results_under_hash_seeds(_CODEIO, ("1", "3"), timeout=300)
+    assert first == second
 
 
 def test_an_item_drawing_from_numpys_global_generator_is_one_item_per_seed():
