@@ -278,7 +278,8 @@ def driver_console(cfg: DictConfig, started: float):
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-            STOP_LINE.update(fd=2, resume=None)  # the terminal is fd 2 again
+            with _SAYING:  # the watcher thread writes to the old fd before this, or to fd 2 after it
+                STOP_LINE.update(fd=2, resume=None)  # the terminal is fd 2 again
             os.close(saved[0]), os.close(saved[1])
             terminal.close()
         worker_logs = collect_worker_logs(ray_logs or printer.ray_logs, logs)
