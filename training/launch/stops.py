@@ -65,7 +65,7 @@ def sigterm_stops_training():
     signal (a library swallows the exception, the job's Ray cluster stops with it and a worker dies) ends it as
     Terminated too. A second SIGTERM during that clean-up ends the process at once (the guardian removes what is
     left). Without a SIGTERM, the handler in place before `install` is put back when the block has ended."""
-    previous, received = [], []
+    previous, received, watchers = [], [], []
 
     def on_sigterm(signum, frame):
         received.append(signum)
@@ -79,7 +79,6 @@ def sigterm_stops_training():
             previous.append(signal.signal(signal.SIGTERM, on_sigterm))
             watchers.append(SigtermWatcher())
 
-    watchers: list[SigtermWatcher] = []
     try:
         yield install
     except BaseException as err:
