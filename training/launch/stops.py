@@ -68,10 +68,12 @@ def sigterm_stops_training():
     previous, received, watchers = [], [], []
 
     def on_sigterm(signum, frame):
+        if received:  # a second SIGTERM while the first one's line is being said: that call says it and raises
+            return
         received.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stop = Terminated("SIGTERM")
-        say_stop(stop)
+        say_stop(stop)  # before the default action is back: a second SIGTERM must not end the process before the line
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise stop
 
     def install():

@@ -239,3 +239,52 @@ def test_the_sigterm_line_is_said_while_the_main_thread_is_held_in_c_code(tmp_pa
     finally:
         child.kill()
         child.wait()
+
+
+_SAYING_HELD = """
+import os, sys, threading, time
+from omegaconf import OmegaConf
+from training.launch import console
+from training.launch.console import Terminated
+from training.launch.stops import stops_and_console
+cfg = OmegaConf.create({"env": {"logs_dir": sys.argv[1], "console": "quiet"}})
+held = threading.Event()
+def hold():  # the line takes 3 s to say (a busy machine): both SIGTERMs come before it is out
+    with console._SAYING:
+        held.set()
+        time.sleep(3)
+try:
+    with stops_and_console(cfg, time.time(), []) as install:
+        install()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        os.write(console.STOP_LINE["fd"], b"READY\\n")  # the terminal: fd 2 is driver.log now
+        time.sleep(60)
+except Terminated:
+    sys.exit(143)
+"""
+
+
+def test_a_second_sigterm_while_the_line_is_said_does_not_end_the_process_before_it(tmp_path):
+    """Two SIGTERMs can come close together (a supervisor that signals the process and its group, a second `kill`):
+    the handler puts the default action back only once the line is out, so the second one cuts nothing short."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    terminal = tmp_path / "terminal.txt"
+    with open(terminal, "w") as out:
+        child = subprocess.Popen([sys.executable, "-c", _SAYING_HELD, str(tmp_path / "logs")], stderr=out,
+                                 cwd=Path(__file__).resolve().parents[3])
+    try:
+        deadline = time.monotonic() + 60
+        while "READY" not in terminal.read_text() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "READY" in terminal.read_text(), terminal.read_text()[-3000:]
+        child.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 143, terminal.read_text()[-3000:]
+        assert terminal.read_text().count("[train] stopped by SIGTERM; to resume from the last checkpoint") == 1
+    finally:
+        child.kill()
