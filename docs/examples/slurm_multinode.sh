@@ -6,8 +6,8 @@
 # It checks the overrides, starts a Ray head on the first node and a Ray worker on each other node (a job step each,
 # their output in slurm-JOBID-ray/ beside the job's output file), then runs the training's driver in this batch step
 # against that cluster: its lines are the job's output file and its exit code the job's state. `scancel JOBID` ends
-# the driver as SIGTERM does ("[train] stopped by SIGTERM" and the resume command) and SLURM ends every Ray process of
-# the job's steps.
+# the driver as SIGTERM does ("[train] stopped by SIGTERM" and the resume command; said by this script when the
+# job's Ray node stopped first) and SLURM ends every Ray process of the job's steps.
 # Ray authenticates every node and client with one token: it is made once here and reaches every node through the
 # environment (srun passes this shell's environment on). The project must be installed at the same path on every node.
 # Each step is a function, so that tests can run the same lines against a head on one machine
@@ -98,7 +98,26 @@ main() {
   done
   wait_for_nodes "$head_ip" "${#nodes[@]}" "${steps[@]}" || { tail -n 20 "$logs"/*.log >&2; return 1; }
   echo "[slurm] a Ray cluster of ${#nodes[@]} node(s) at $head_ip:$RAY_PORT; the nodes' Ray output: $logs"
-  RAY_ADDRESS="$head_ip:$RAY_PORT" exec "${train[@]}"
+  RAY_ADDRESS="$head_ip:$RAY_PORT" "${train[@]}" &
+  wait_for_driver $!
+}
+
+wait_for_driver() {  # wait_for_driver PID: the driver's exit code, once it has ended. scancel (or the time limit) sends
+  # SIGTERM to the driver and to every Ray process of the job at once: the driver says "[train] stopped by SIGTERM" and
+  # the resume command (exit 143) while this shell waits, unless the head's raylet stopped first, for Ray then ends the
+  # driver at once ("the local Raylet is dead", exit 1, no line): the stop is then said here, from SLURM's job state
+  local driver=$1 status state
+  trap : TERM
+  while kill -0 "$driver" 2>/dev/null; do wait "$driver" || true; done
+  wait "$driver" && status=0 || status=$?
+  if [[ $status != 0 && $status != 143 ]]; then
+    state=$(squeue -h -j "$SLURM_JOB_ID" -o %T 2>/dev/null || true)
+    if [[ $state =~ ^(COMPLETING|CANCELLED|TIMEOUT|PREEMPTED) ]]; then
+      echo "[slurm] job $SLURM_JOB_ID was stopped while training (state $state) and Ray ended the driver before" \
+        "it could say so (exit $status); to resume from the last checkpoint, submit the same job again" >&2
+    fi
+  fi
+  return "$status"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

@@ -59,6 +59,7 @@ def slurm_conf(root: Path, host: str, ports: list[int], nodes: list[str], cpus: 
         f"JobCompLoc={root}/log/jobcomp.txt", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SlurmdParameters=config_overrides",  # a node's CPUs as configured here, not the machine's 2
         f"KillWait={KILL_WAIT}", "ReturnToService=2", "MpiDefault=none", "GresTypes=gpu",
+        "SlurmdDebug=verbose",  # the steps' "Sent signal" lines, with their times
         *(f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} Gres=gpu:1"
           for node, port in zip(nodes, ports[1:])),
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",

@@ -35,8 +35,46 @@ def test_the_slurm_script_parses_and_runs_its_steps_only_when_executed():
     sourced = subprocess.run(["bash", "-c", f"source {SCRIPT} && declare -F"], capture_output=True, text=True,
                              env=plain_env(RG_GRPO=str(REPO)), timeout=30)
     assert sourced.returncode == 0 and sourced.stderr == "", sourced.stderr
-    for step in ("share_token", "gpus_per_node", "one_gpu_mask", "start_head", "join_head", "wait_for_nodes", "main"):
+    for step in ("share_token", "gpus_per_node", "one_gpu_mask", "start_head", "join_head", "wait_for_nodes", "main",
+                 "wait_for_driver"):
         assert f"declare -f {step}" in sourced.stdout
+
+
+@pytest.mark.parametrize("exit_code, job_state, said", [
+    (1, "COMPLETING", True),  # scancel: the head's raylet stopped first and Ray ended the driver (exit 1, no line)
+    (1, "RUNNING", False),  # the driver failed on its own: its own lines say why
+    (143, "COMPLETING", False),  # the driver got the SIGTERM and said the stop itself
+    (0, "COMPLETING", False),
+])
+def test_the_script_says_a_stop_the_driver_could_not(tmp_path, exit_code, job_state, said):
+    """scancel signals the driver and the job's Ray processes at once; when the head's raylet goes first, Ray's core
+    worker ends the driver at once ("the local Raylet is dead", exit 1) before its handler runs (in CI, and in 1 of 16
+    loaded SLURM runs here): the script, which waits for the driver, says the stop from the job's state."""
+    (tmp_path / "squeue").write_text(f"#!/bin/sh\necho {job_state}\n")
+    (tmp_path / "squeue").chmod(0o755)
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; source {SCRIPT}; (sleep 0.5; exit {exit_code}) & "
+                           "wait_for_driver $!"], capture_output=True, text=True, timeout=30,
+                          env=plain_env(RG_GRPO=str(REPO), SLURM_JOB_ID="42",
+                                        PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}"))
+    assert done.returncode == exit_code, done.stderr
+    line = (f"[slurm] job 42 was stopped while training (state {job_state}) and Ray ended the driver before it could "
+            f"say so (exit {exit_code}); to resume from the last checkpoint, submit the same job again")
+    assert (line in done.stderr) == said and done.stderr.count("[slurm]") == int(said), done.stderr
+
+
+def test_the_script_outlives_the_jobs_sigterm_until_the_driver_has_said_its_stop(tmp_path):
+    """SLURM signals every process of the batch step: the script's shell waits on while the driver says its line and
+    shuts down, and ends with the driver's exit code (143), so nothing of the driver's clean-up is cut short."""
+    driver = "trap 'sleep 1; echo \"[train] stopped by SIGTERM\" >&2; exit 143' TERM; sleep 30 & wait"
+    script = subprocess.Popen(["bash", "-c", f"set -euo pipefail; source {SCRIPT}; bash -c {shlex.quote(driver)} & "
+                               "echo started >&2; wait_for_driver $!"], stderr=subprocess.PIPE, text=True,
+                              env=plain_env(RG_GRPO=str(REPO), SLURM_JOB_ID="42"), start_new_session=True)
+    assert script.stderr.readline() == "started\n"
+    time.sleep(0.5)
+    for process in [psutil.Process(script.pid), *psutil.Process(script.pid).children(recursive=True)]:
+        process.terminate()  # as SLURM's linuxproc/cgroup tracking does: each process of the step
+    assert script.wait(timeout=30) == 143
+    assert script.stderr.read() == "[train] stopped by SIGTERM\n"
 
 
 @pytest.fixture(scope="module")
