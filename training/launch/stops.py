@@ -18,8 +18,9 @@ from training.launch.console import Terminated, driver_console, say_stop
 def stops_and_console(cfg: DictConfig, started: float, interrupted: list):
     """driver_console inside the SIGTERM handler's reach; yields the handler's `install`. A scancelled SLURM job's
     Ray nodes get their SIGTERM with the driver's, and the driver's wait on the trainer can fail first: the failure's
-    clean-up (Ray's shutdown, on a dead cluster) must still meet this handler, which says the line, not the one
-    `ray.init` left (sys.exit): three CI jobs ended with no line and were killed after the grace."""
+    clean-up (Ray's shutdown, on a dead cluster, 6-16 s here) must still meet this handler, which says the line, not
+    the one `ray.init` left (sys.exit). (When the head's raylet goes first, Ray's core worker can end the driver before
+    any handler runs; the SLURM script says the stop then: docs/examples/slurm_multinode.sh.)"""
     with sigterm_stops_training() as install, driver_console(cfg, started), interrupt_remembered(interrupted):
         yield install
 
@@ -99,10 +100,9 @@ def sigterm_stops_training():
 
 class SigtermWatcher(threading.Thread):
     """Says the SIGTERM line from a thread of its own the moment the signal arrives. Python runs a handler in the
-    main thread only, between bytecodes: a main thread held in Ray's C++ (its wait on a trainer whose node died
-    with the job, "Attempting to recover 1 lost objects") ran ours only after SLURM's SIGKILL in three CI jobs, or
-    never. The C-level handler writes the signal's number to the wakeup fd at once, from any thread, and this thread
-    wakes on it (set_wakeup_fd: made from the main thread, as `install` is)."""
+    main thread only, between bytecodes: a main thread held in a C call that does not check for signals would say
+    nothing before a scheduler's SIGKILL. The C-level handler writes the signal's number to the wakeup fd at once,
+    from any thread, and this thread wakes on it (set_wakeup_fd: made from the main thread, as `install` is)."""
 
     def __init__(self):
         super().__init__(name="sigterm-watcher", daemon=True)

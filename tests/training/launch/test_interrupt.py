@@ -174,9 +174,9 @@ def test_a_worker_failure_after_a_sigterm_ends_the_launch_as_stopped_not_failed(
 
 def test_a_sigterm_that_comes_after_the_cluster_died_still_ends_the_launch_as_stopped(tmp_path, monkeypatch, capfd):
     """A scancelled SLURM job: its Ray nodes stopped first, the driver's wait on the trainer failed, and the SIGTERM
-    reached the driver during the failure's clean-up (Ray's shutdown on a dead cluster, which hangs). Three CI jobs
-    ended so with no line (the handler `ray.init` left was back in place) and were killed after SLURM's grace: the
-    line is said the moment the signal arrives, the launch ends as stopped, and the terminal is given back."""
+    reached the driver during the failure's clean-up (Ray's shutdown on a dead cluster, which can hang): the line is
+    said the moment the signal arrives, not by the handler `ray.init` left, the launch ends as stopped, and the
+    terminal is given back."""
     from training.launch import console
     from training.launch.console import Terminated
 
@@ -208,15 +208,15 @@ cfg = OmegaConf.create({"env": {"logs_dir": sys.argv[1], "console": "quiet"}})
 with stops_and_console(cfg, time.time(), []) as install:
     install()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the signal reaches another thread; this one runs
-    os.write(console.STOP_LINE["fd"], b"READY\\n")               # no handler until it is back in Python, as in Ray's
-    time.sleep(60)                                                # C++ wait on a trainer whose node died with the job
+    os.write(console.STOP_LINE["fd"], b"READY\\n")               # no handler until it is back in Python, as in a
+    time.sleep(60)                                                # C call that does not check for signals
 """
 
 
 def test_the_sigterm_line_is_said_while_the_main_thread_is_held_in_c_code(tmp_path):
-    """Python runs signal handlers in the main thread only: in three CI jobs scancelled while the driver's main thread
-    was in Ray's wait ("Attempting to recover 1 lost objects"), the line never came before SLURM's SIGKILL. The
-    watcher thread says it at once, whichever thread the signal reaches."""
+    """Python runs signal handlers in the main thread only, between bytecodes: a main thread held in a C call that
+    does not check for signals would say nothing before a scheduler's SIGKILL. The watcher thread says it at once,
+    whichever thread the signal reaches."""
     import subprocess
     import sys
     from pathlib import Path
