@@ -213,23 +213,32 @@ with stops_and_console(cfg, time.time(), []) as install:
 """
 
 
-def test_the_sigterm_line_is_said_while_the_main_thread_is_held_in_c_code(tmp_path):
-    """Python runs signal handlers in the main thread only, between bytecodes: a main thread held in a C call that
-    does not check for signals would say nothing before a scheduler's SIGKILL. The watcher thread says it at once,
-    whichever thread the signal reaches."""
+def ready_child(script: str, tmp_path):
+    """Runs `script` (a launch with its console; argv[1] its logs folder) until it writes READY to its terminal, a file
+    here; returns the process and that file."""
     import subprocess
     import sys
     from pathlib import Path
 
     terminal = tmp_path / "terminal.txt"
     with open(terminal, "w") as out:
-        child = subprocess.Popen([sys.executable, "-c", _HELD_MAIN_THREAD, str(tmp_path / "logs")], stderr=out,
+        child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "logs")], stderr=out,
                                  cwd=Path(__file__).resolve().parents[3])
+    deadline = time.monotonic() + 60
+    while "READY" not in terminal.read_text() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if "READY" not in terminal.read_text():
+        child.kill()
+        raise AssertionError(terminal.read_text()[-3000:])
+    return child, terminal
+
+
+def test_the_sigterm_line_is_said_while_the_main_thread_is_held_in_c_code(tmp_path):
+    """Python runs signal handlers in the main thread only, between bytecodes: a main thread held in a C call that
+    does not check for signals would say nothing before a scheduler's SIGKILL. The watcher thread says it at once,
+    whichever thread the signal reaches."""
+    child, terminal = ready_child(_HELD_MAIN_THREAD, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while "READY" not in terminal.read_text() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert "READY" in terminal.read_text(), terminal.read_text()[-3000:]
         child.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         while "stopped by SIGTERM" not in terminal.read_text() and time.monotonic() < deadline:
@@ -268,19 +277,8 @@ except Terminated:
 def test_a_second_sigterm_while_the_line_is_said_does_not_end_the_process_before_it(tmp_path):
     """Two SIGTERMs can come close together (a supervisor that signals the process and its group, a second `kill`):
     the handler puts the default action back only once the line is out, so the second one cuts nothing short."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    terminal = tmp_path / "terminal.txt"
-    with open(terminal, "w") as out:
-        child = subprocess.Popen([sys.executable, "-c", _SAYING_HELD, str(tmp_path / "logs")], stderr=out,
-                                 cwd=Path(__file__).resolve().parents[3])
+    child, terminal = ready_child(_SAYING_HELD, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while "READY" not in terminal.read_text() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert "READY" in terminal.read_text(), terminal.read_text()[-3000:]
         child.send_signal(signal.SIGTERM)
         time.sleep(1)
         child.send_signal(signal.SIGTERM)
@@ -288,3 +286,4 @@ def test_a_second_sigterm_while_the_line_is_said_does_not_end_the_process_before
         assert terminal.read_text().count("[train] stopped by SIGTERM; to resume from the last checkpoint") == 1
     finally:
         child.kill()
+        child.wait()
