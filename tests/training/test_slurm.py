@@ -167,6 +167,7 @@ def test_sbatch_trains_on_two_nodes_a_second_job_resumes_and_scancel_stops_it_as
     assert re.search(r"\[train\] stopped by SIGTERM; to resume from the last checkpoint|\[slurm\] job \d+ was stopped "
                      r"while training \(state \w+\) and Ray ended the driver", output), \
         no_stop_line(slurm, record, output, run_dir / "ckpt" / "logs")
+    assert "[train] interrupted" not in output, output[-3000:]  # the stop is said once, as what it was
     try:
         wait_until(lambda: not job_processes(second, env) and not slurm.steps(), KILL_WAIT + 30, "nothing left")
     except AssertionError:

@@ -261,9 +261,9 @@ def driver_console(cfg: DictConfig, started: float):
         yield logs
     except BaseException as err:  # noqa: BLE001 - summarised below, then raised as TrainingFailed
         failure = err
-        if not isinstance(err, KeyboardInterrupt) and "stopped by SIGTERM" in STOP_LINE["said"]:
-            failure = Terminated("SIGTERM")  # the job's cluster stopped with the signal: the failure is the stop's doing
-            failure.__cause__ = err
+        if not isinstance(err, Terminated) and "stopped by SIGTERM" in STOP_LINE["said"]:
+            failure = Terminated("SIGTERM")  # the job's cluster stopped with the signal (the failure is the stop's
+            failure.__cause__ = err  # doing), or ray.get handed the signal's exception on as a plain KeyboardInterrupt
     finally:
         if isinstance(failure, KeyboardInterrupt):  # said before Ray's shutdown, which can outlast a scheduler's grace
             say_stop(failure)

@@ -154,6 +154,24 @@ def test_a_sigterm_is_said_at_once_and_ends_the_launch_even_when_a_library_swall
     assert not (tmp_path / "logs" / "error.log").exists()
 
 
+def test_a_sigterm_that_ray_get_hands_on_as_a_plain_ctrl_c_is_said_once_as_a_sigterm(tmp_path, capfd):
+    """ray.get raises a new KeyboardInterrupt for the handler's Terminated: the launch still ends as stopped, with no
+    "[train] interrupted" line after the SIGTERM's (the SLURM jobs' output had both)."""
+    from training.launch.console import Terminated
+
+    def converted(send, sent):
+        try:
+            send()
+        except Terminated:
+            sent()
+            raise KeyboardInterrupt from None
+
+    stop, said = sigterm_in(converted, tmp_path, capfd)
+    assert isinstance(stop, Terminated)
+    assert "[train] stopped by SIGTERM; to resume from the last checkpoint: python " in said
+    assert "[train]" not in capfd.readouterr().err  # neither said again nor "interrupted"
+
+
 def test_a_worker_failure_after_a_sigterm_ends_the_launch_as_stopped_not_failed(tmp_path, capfd):
     """A scheduler stops the whole job: the Ray cluster's head dies with the driver's SIGTERM, and the driver's wait on
     the trainer can fail before the signal's exception arrives. That failure is the stop's doing."""
