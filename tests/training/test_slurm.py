@@ -116,8 +116,9 @@ def job_processes(folder: Path, env: dict[str, str]) -> list[str]:
 
 def no_stop_line(slurm, record: dict[str, str], output: str, logs: Path) -> str:
     """What decides why a cancelled job's driver said no stop line, first (CI shows a message's head): how the job's
-    script ended (ExitCode 0:9 = SIGKILL after KillWait, 0:15 = SIGTERM's default, 143:0 = ended as Terminated) and
-    when slurmd's steps sent their signals; then the tails of the output, driver.log and guardian.log."""
+    script ended (ExitCode 0:9 = SIGKILL after KillWait, 0:15 = SIGTERM's default, 143:0 = ended as Terminated, 1:0 =
+    Ray ended the driver, its raylet gone) and when slurmd's steps sent their signals; then the tails of the output,
+    driver.log and guardian.log."""
     signals = [line for path in sorted((slurm.root / "log").glob("slurmd-*.log")) for line in text(path).splitlines()
                if ".batch]" in line and re.search(r"signal (15|9) |CANCELLED|killed", line, re.IGNORECASE)]
     return (f"no stop line; ExitCode={record.get('ExitCode')} DerivedExitCode={record.get('DerivedExitCode')}\n"
